@@ -1,0 +1,66 @@
+"""Sweep expansion: an experiment entry with ``sweep`` becomes the cartesian product."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import BaseModel
+
+from tasks.models import Experiment
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``override`` wins; nested mappings merge key by key (``defaults`` ⊕ an experiment)."""
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def check_path(path: str, model: type[BaseModel] = Experiment) -> str | None:
+    """Why ``path`` (``compile.mode``) names no field of ``model``, or None when it does.
+
+    Below a free-form mapping field (``params``, ``compile.options``) any key is accepted.
+    """
+    current: type[BaseModel] | None = model
+    for depth, part in enumerate(path.split(".")):
+        if current is None:  # inside a dict field
+            return None if part else f"'{path}' has an empty component"
+        if part not in current.model_fields:
+            prefix = ".".join(path.split(".")[:depth]) or "an experiment"
+            return f"no field '{part}' (fields of {prefix}: {', '.join(current.model_fields)})"
+        annotation = current.model_fields[part].annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            current = annotation
+        elif depth < len(path.split(".")) - 1 and getattr(annotation, "__origin__", None) is not dict:
+            return f"'{path}' goes below '{part}', which has no fields"
+        else:
+            current = None
+    return None
+
+
+def set_path(data: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for part in parents:
+        child = data.get(part)
+        if not isinstance(child, dict):
+            child = data[part] = {}
+        data = child
+    data[leaf] = copy.deepcopy(value)
+
+
+def expand(entry: Mapping[str, Any], sweep: Mapping[str, list[Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each combination of the sweep's values, in spec order: ``(point, experiment_dict)``."""
+    paths = list(sweep)
+    for values in itertools.product(*(sweep[p] for p in paths)):
+        data = copy.deepcopy(dict(entry))
+        point = dict(zip(paths, values, strict=True))
+        for path, value in point.items():
+            set_path(data, path, value)
+        yield point, data

@@ -1,0 +1,131 @@
+"""The library of benchmark targets and how a target name becomes a workload.
+
+A target is a factory ``factory(device: torch.device, **params)`` returning
+``(callable_or_module, example_inputs)`` or ``(callable_or_module, example_inputs,
+check_inputs)``, where ``check_inputs`` is a list of further input tuples on which the
+compiled result is checked against eager but never timed (to cover every branch of a
+data-dependent target). Built-in targets are registered under a name (``seed.foo``);
+user targets are named by import path (``package.module:factory``) and follow the
+same contract.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+Factory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    factory: Factory
+    description: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a factory built: the thing to compile, its example inputs, extra check inputs."""
+
+    fn: Callable[..., Any]
+    inputs: tuple[Any, ...]
+    check_inputs: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def is_module(self) -> bool:
+        return isinstance(self.fn, torch.nn.Module)
+
+
+REGISTRY: dict[str, Target] = {}
+
+
+class TargetError(ValueError):
+    """A target name that names nothing, or parameters its factory does not take."""
+
+
+def register(name: str) -> Callable[[Factory], Factory]:
+    """Register ``factory`` as the built-in target ``name``; its docstring describes it."""
+
+    def decorate(factory: Factory) -> Factory:
+        if name in REGISTRY:
+            raise ValueError(f"target {name!r} registered twice")
+        doc = inspect.getdoc(factory) or ""
+        REGISTRY[name] = Target(name, factory, doc.splitlines()[0] if doc else "")
+        return factory
+
+    return decorate
+
+
+def resolve(target: str) -> Factory:
+    """The factory a target names: a built-in name, or ``package.module:factory``."""
+    if ":" not in target:
+        if target not in REGISTRY:
+            known = ", ".join(sorted(REGISTRY))
+            raise TargetError(f"unknown target '{target}' (built-in targets: {known})")
+        return REGISTRY[target].factory
+    module_name, _, attr = target.partition(":")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:  # import paths resolve relative to where the command runs
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise TargetError(f"cannot import module '{module_name}' of target '{target}': {e}") from e
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise TargetError(f"module '{module_name}' has no callable '{attr}' (target '{target}')")
+    return factory
+
+
+def params_of(factory: Factory) -> dict[str, Any]:
+    """The parameters a factory accepts besides ``device``, with their defaults (``...`` if none)."""
+    out: dict[str, Any] = {}
+    for i, p in enumerate(inspect.signature(factory).parameters.values()):
+        if i == 0 or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        out[p.name] = ... if p.default is p.empty else p.default
+    return out
+
+
+def check_params(target: str, params: dict[str, Any]) -> None:
+    """Raise ``TargetError`` when ``params`` does not fit the factory's signature."""
+    factory = resolve(target)
+    try:
+        inspect.signature(factory).bind(torch.device("cpu"), **params)
+    except TypeError as e:
+        accepted = ", ".join(params_of(factory)) or "none"
+        raise TargetError(f"{e} (target '{target}' accepts: {accepted})") from e
+
+
+def build(target: str, device: torch.device, params: dict[str, Any]) -> Workload:
+    """Call the target's factory and normalise what it returns into a ``Workload``."""
+    made = resolve(target)(device, **params)
+    if not isinstance(made, tuple) or len(made) not in (2, 3):
+        raise TargetError(
+            f"target '{target}' returned {type(made).__name__}; expected (fn, inputs) or (fn, inputs, check_inputs)"
+        )
+    fn, inputs, *rest = made
+    if not callable(fn):
+        raise TargetError(f"target '{target}' returned a {type(fn).__name__}, which is not callable")
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    checks = [tuple(c) for c in rest[0]] if rest else []
+    return Workload(fn, inputs, checks)
+
+
+def dtype_of(name: str) -> torch.dtype:
+    """``"float16"`` → ``torch.float16``; a clear error for anything that is not a dtype."""
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise TargetError(f"unknown dtype '{name}'")
+    return dtype
+
+
+from tasks.targets import seed as _seed  # noqa: E402,F401  (registers the built-in targets)

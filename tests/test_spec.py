@@ -1,0 +1,180 @@
+"""Spec loading: what a valid spec becomes, and one exact line for each kind of bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def error_of(write_spec, text: str, name: str = "spec.yaml") -> str:
+    with pytest.raises(SpecError) as info:
+        load_spec(write_spec(text, name))
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_seed_example_expands_to_nine_experiments():
+    spec = load_spec(ROOT / "examples" / "seed.yaml")
+    assert spec.name == "seed-tutorial"
+    assert [e.target for e in spec.experiments] == [
+        "seed.foo",
+        "seed.outer",
+        "seed.my_module",
+        "seed.my_module",
+        "seed.foo3",
+        "seed.foo3",
+        "seed.bar",
+        "seed.bar",
+        "seed.bar_fixed",
+    ]
+    assert [e.compile.method for e in spec.experiments[2:4]] == ["torch_compile", "module_compile"]
+    assert [e.compile.mode for e in spec.experiments[4:6]] == [None, "max-autotune-no-cudagraphs"]
+    assert [e.compile.fullgraph for e in spec.experiments[6:9]] == [False, True, True]
+    assert all(e.timing.repeats == 10 and e.timing.warmup == 3 for e in spec.experiments)
+
+
+def test_json_spec_is_read_like_yaml(write_spec):
+    spec = load_spec(write_spec('{"name": "j", "experiments": [{"target": "seed.foo"}]}', "s.json"))
+    assert [e.target for e in spec.experiments] == ["seed.foo"]
+
+
+def test_unknown_field(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {bakend: eager}\n")
+    assert msg == (
+        "spec.yaml: experiments[0].compile.bakend: unknown field "
+        "(allowed: backend, mode, fullgraph, dynamic, options, method)"
+    )
+
+
+def test_unknown_top_level_field(write_spec):
+    msg = error_of(write_spec, "name: x\nexperimnts: []\n")
+    assert msg.startswith("spec.yaml: ")
+    assert "experimnts: unknown field (allowed: name, description, defaults, experiments)" in msg or (
+        "experiments: required field missing" in msg
+    )
+
+
+def test_wrong_type(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    timing: {repeats: many}\n")
+    assert msg.startswith("spec.yaml: experiments[0].timing.repeats: input should be a valid integer")
+    assert "(got 'many')" in msg
+
+
+def test_wrong_type_in_defaults(write_spec):
+    msg = error_of(write_spec, "name: x\ndefaults: {compile: {fullgraph: maybe}}\nexperiments:\n  - target: seed.foo\n")
+    assert msg.startswith("spec.yaml: defaults.compile.fullgraph: input should be a valid boolean")
+
+
+def test_unknown_backend(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {backend: turbo}\n")
+    assert msg.startswith("spec.yaml: experiments[0].compile.backend: unknown backend 'turbo' (known: ")
+    assert "aot_eager" in msg and "inductor" in msg
+
+
+def test_unknown_mode(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {mode: fastest}\n")
+    assert msg.startswith("spec.yaml: experiments[0].compile.mode: unknown mode 'fastest' (known: ")
+    assert "max-autotune" in msg
+
+
+def test_unknown_mode_in_a_sweep_points_at_the_sweep(write_spec):
+    text = "name: x\nexperiments:\n  - target: seed.foo\n    sweep: {compile.mode: [default, fastest]}\n"
+    msg = error_of(write_spec, text)
+    assert msg.startswith("spec.yaml: experiments[0].sweep.compile.mode: unknown mode 'fastest'")
+
+
+def test_sweep_path_that_does_not_exist(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    sweep: {compile.fulgraph: [true]}\n")
+    assert msg == (
+        "spec.yaml: experiments[0].sweep.compile.fulgraph: no field 'fulgraph' "
+        "(fields of compile: backend, mode, fullgraph, dynamic, options, method)"
+    )
+
+
+def test_empty_sweep_list(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    sweep: {compile.fullgraph: []}\n")
+    assert msg == "spec.yaml: experiments[0].sweep.compile.fullgraph: empty list (a sweep needs at least one value)"
+
+
+def test_malformed_yaml(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n   compile: {\n")
+    assert msg.startswith("spec.yaml: malformed YAML at line ")
+
+
+def test_yaml_is_read_with_a_safe_loader(write_spec):
+    msg = error_of(write_spec, "name: !!python/object/apply:os.system ['true']\nexperiments: []\n")
+    assert msg.startswith("spec.yaml: malformed YAML at line 1")
+
+
+def test_unknown_target(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.fooo\n")
+    assert msg.startswith("spec.yaml: experiments[0].target: unknown target 'seed.fooo' (built-in targets: ")
+
+
+def test_import_path_that_does_not_resolve(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: no_such_pkg.models:make\n")
+    assert msg.startswith("spec.yaml: experiments[0].target: cannot import module 'no_such_pkg.models'")
+
+
+def test_import_path_with_missing_factory(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: json:no_such_factory\n")
+    assert msg == "spec.yaml: experiments[0].target: module 'json' has no callable 'no_such_factory' (target 'json:no_such_factory')"
+
+
+def test_malformed_import_path(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: 'pkg/mod:make'\n")
+    assert msg.startswith("spec.yaml: experiments[0].target: value error, 'pkg/mod:make' is not an import path")
+
+
+def test_unknown_param_of_a_target(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo3\n    params: {shap: [8, 8]}\n")
+    assert msg.startswith("spec.yaml: experiments[0].params: got an unexpected keyword argument 'shap'")
+    assert "accepts: shape, dtype" in msg
+
+
+def test_mode_and_options_together(write_spec):
+    text = "name: x\nexperiments:\n  - target: seed.foo\n    compile: {mode: max-autotune, options: {a: 1}}\n"
+    msg = error_of(write_spec, text)
+    assert msg == (
+        "spec.yaml: experiments[0].compile.options: cannot be combined with compile.mode "
+        "(torch.compile takes one or the other)"
+    )
+
+
+def test_no_experiments(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments: []\n")
+    assert msg.startswith("spec.yaml: experiments: list should have at least 1 item")
+
+
+def test_duplicate_experiments(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n  - target: seed.foo\n")
+    assert msg.startswith("spec.yaml: experiments[1]: same experiment as experiments[0] (id ")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SpecError, match="cannot read spec .*nope.yaml"):
+        load_spec(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_cli_bad_spec_is_one_line_exit_2_and_starts_nothing(write_spec, tmp_path, command):
+    bad = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    compile: {mode: fastest}\n")
+    args = [sys.executable, "-m", "orchestrator", command, str(bad)]
+    if command == "run":
+        args += ["--out", str(tmp_path / "r.json")]
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("error: spec.yaml: experiments[0].compile.mode: unknown mode 'fastest'")
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("r.*"))  # no report, no journal: nothing started

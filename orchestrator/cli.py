@@ -53,6 +53,8 @@ def run(
     num_cpus: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all).")] = None,
 ) -> None:
     """Run every experiment of SPEC and write the report to OUT."""
+    if address and (num_gpus is not None or num_cpus is not None):
+        raise _fail("--num-gpus and --num-cpus describe a local Ray instance; drop them with --address", 2)
     loaded = _load(spec)
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console

@@ -126,20 +126,21 @@ def _check_sweep(where: str, sweep: Any) -> dict[str, list[Any]]:
 
 
 def _validate_experiment(where: str, label: str, data: dict[str, Any], point: dict[str, Any]) -> Experiment:
+    at_point = f" (at sweep point {_point_text(point)})" if point else ""
     try:
         exp = Experiment.model_validate(data)
     except ValidationError as e:
-        loc = tuple(e.errors()[0]["loc"])
-        prefix = _sweep_prefix(loc, point, label)
-        raise SpecError(
-            f"{where}: {_describe(e, prefix, Experiment, point=bool(point) and prefix[-1] != label)}"
-        ) from None
+        prefix = _sweep_prefix(tuple(e.errors()[0]["loc"]), point, label)
+        in_sweep = prefix[-1] != label
+        described = _describe(e, prefix, Experiment, point=in_sweep)
+        raise SpecError(f"{where}: {described}{'' if in_sweep else at_point}") from None
     problem = _semantic_problem(exp)
     if problem:
         loc, message = problem
         prefix = _sweep_prefix(loc, point, label)
-        path = _join(prefix) if prefix[-1] != label else _join((label, *loc))
-        raise SpecError(f"{where}: {path}: {message}")
+        if prefix[-1] != label:
+            raise SpecError(f"{where}: {_join(prefix)}: {message}")
+        raise SpecError(f"{where}: {_join((label, *loc))}: {message}{at_point}")
     return exp
 
 

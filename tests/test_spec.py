@@ -55,10 +55,19 @@ def test_unknown_field(write_spec):
 
 
 def test_unknown_top_level_field(write_spec):
-    msg = error_of(write_spec, "name: x\nexperimnts: []\n")
-    assert msg.startswith("spec.yaml: ")
-    assert "experimnts: unknown field (allowed: name, description, defaults, experiments)" in msg or (
-        "experiments: required field missing" in msg
+    msg = error_of(write_spec, "name: x\nexperiments: [{target: seed.foo}]\nexperimnts: []\n")
+    assert msg == "spec.yaml: experimnts: unknown field (allowed: name, description, defaults, experiments)"
+
+
+def test_missing_required_field(write_spec):
+    assert error_of(write_spec, "experiments: [{target: seed.foo}]\n") == "spec.yaml: name: required field missing"
+
+
+def test_error_outside_the_swept_field_names_the_sweep_point(write_spec):
+    text = "name: x\nexperiments:\n  - target: seed.foo\n    resources: {gpus: 1}\n    sweep: {device: [cuda, cpu]}\n"
+    msg = error_of(write_spec, text)
+    assert msg == (
+        "spec.yaml: experiments[0].resources.gpus: a 'cpu' experiment reserves no GPU (at sweep point device='cpu')"
     )
 
 
@@ -126,7 +135,10 @@ def test_import_path_that_does_not_resolve(write_spec):
 
 def test_import_path_with_missing_factory(write_spec):
     msg = error_of(write_spec, "name: x\nexperiments:\n  - target: json:no_such_factory\n")
-    assert msg == "spec.yaml: experiments[0].target: module 'json' has no callable 'no_such_factory' (target 'json:no_such_factory')"
+    assert msg == (
+        "spec.yaml: experiments[0].target: module 'json' has no callable 'no_such_factory' "
+        "(target 'json:no_such_factory')"
+    )
 
 
 def test_malformed_import_path(write_spec):
@@ -160,7 +172,7 @@ def test_duplicate_experiments(write_spec):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(SpecError, match="cannot read spec .*nope.yaml"):
+    with pytest.raises(SpecError, match=r"cannot read spec .*nope\.yaml"):
         load_spec(tmp_path / "nope.yaml")
 
 

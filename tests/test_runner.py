@@ -1,0 +1,87 @@
+"""Scheduling on a real local Ray: one GPU per experiment, reservations, failures as results."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+from orchestrator.cluster import ClusterInfo, Node
+from orchestrator.journal import Journal
+from orchestrator.runner import Reservation, reservation, run_experiments
+from tasks.models import Experiment, Result
+
+from .conftest import RAY_CPUS
+
+
+def sleepy(seed: int, **kw) -> Experiment:
+    return Experiment(
+        target="tests.user_targets:make_sleepy",
+        params={"ms": 40},
+        compile={"backend": "eager"},
+        timing={"warmup": 0, "repeats": 2},
+        seed=seed,
+        **kw,
+    )
+
+
+def overlaps(results: list[Result]) -> list[tuple[str, str]]:
+    spans = sorted((r.started_at, r.finished_at, r.experiment_id) for r in results)
+    return [(a[2], b[2]) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
+
+
+def test_eight_experiments_on_four_gpus_use_every_gpu_and_never_share_one(ray_cluster):
+    results = run_experiments([sleepy(seed) for seed in range(8)], ray_cluster)
+    assert [r.status for r in results] == ["ok"] * 8, [r.error for r in results]
+    by_gpu: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        assert len(r.worker.gpu_ids) == 1
+        by_gpu[r.worker.gpu_ids[0]].append(r)
+    assert sorted(by_gpu) == ["0", "1", "2", "3"]
+    for gpu, rs in by_gpu.items():
+        assert overlaps(rs) == [], f"two experiments overlapped on GPU {gpu}"
+    assert all(r.device == "cpu" for r in results)  # logical GPUs: pinned, but run on the CPU
+    assert len({r.worker.pid for r in results}) == 8  # a fresh process for every GPU task
+
+
+def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(ray_cluster):
+    results = run_experiments([sleepy(seed, device="cpu") for seed in range(3)], ray_cluster)
+    assert [r.status for r in results] == ["ok"] * 3
+    assert overlaps(results) == []
+    assert all(r.worker.gpu_ids == [] for r in results)
+    assert all(1 <= r.worker.threads <= RAY_CPUS for r in results)
+
+
+def test_reservation_defaults():
+    one = ClusterInfo(address=None, nodes=[Node(node_id="a", hostname="h", address="", cpus=8, gpus=0, gpu_models=[])])
+    gpu = ClusterInfo(
+        address=None,
+        nodes=[*one.nodes, Node(node_id="b", hostname="g", address="", cpus=16, gpus=2, gpu_models=["H100"])],
+    )
+    assert reservation(Experiment(target="seed.foo"), one) == Reservation(cpus=8, gpus=0)
+    assert reservation(Experiment(target="seed.foo"), gpu) == Reservation(cpus=1, gpus=1)
+    assert reservation(Experiment(target="seed.foo", device="cpu"), gpu) == Reservation(cpus=8, gpus=0)
+    assert reservation(Experiment(target="seed.foo", device="cuda"), one) == Reservation(cpus=1, gpus=1)
+    explicit = Experiment(target="seed.foo", device="cuda", resources={"gpus": 2, "cpus": 4})
+    assert reservation(explicit, gpu) == Reservation(cpus=4, gpus=2)
+
+
+def test_failures_are_results_and_the_sweep_goes_on(ray_cluster, tmp_path):
+    experiments = [
+        Experiment(target="tests.user_targets:make_crash", device="cpu"),
+        Experiment(target="seed.foo", device="cuda", resources={"gpus": 9}),
+        Experiment(target="tests.user_targets:make_broken", device="cpu"),
+        sleepy(0, device="cpu"),
+    ]
+    seen = []
+    with Journal(tmp_path / "j.jsonl") as journal:
+        results = run_experiments(experiments, ray_cluster, journal=journal, on_result=seen.append)
+    crash, unschedulable, broken, fine = results
+    assert crash.status == "runtime_error" and "WorkerCrashedError" in crash.error.type
+    assert unschedulable.status == "runtime_error" and unschedulable.error.type == "Unschedulable"
+    assert unschedulable.error.message == "needs 9 GPU(s) on one node; the largest node has 4"
+    assert broken.status == "runtime_error" and broken.error.message == "this factory cannot build its target"
+    assert fine.status == "ok"
+    assert [r.experiment_id for r in results] == [e.id for e in experiments]  # spec order
+    lines = (tmp_path / "j.jsonl").read_text().splitlines()
+    assert sorted(Result.model_validate_json(line).experiment_id for line in lines) == sorted(e.id for e in experiments)
+    assert len(seen) == 4

@@ -1,0 +1,101 @@
+"""Sweep expansion and stable experiment ids."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.spec import load_spec
+from orchestrator.sweep import deep_merge, expand
+from tasks.models import CompileConfig, Experiment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_sweep_is_the_cartesian_product_in_spec_order(write_spec):
+    spec = load_spec(
+        write_spec(
+            """
+            name: x
+            experiments:
+              - target: seed.foo3
+                params: {shape: [8, 8]}
+                sweep:
+                  compile.backend: [eager, aot_eager]
+                  compile.fullgraph: [false, true]
+                  params.shape: [[8, 8], [16, 16], [32]]
+            """
+        )
+    )
+    points = [(e.compile.backend, e.compile.fullgraph, tuple(e.params["shape"])) for e in spec.experiments]
+    assert len(points) == 12
+    assert points[:4] == [
+        ("eager", False, (8, 8)),
+        ("eager", False, (16, 16)),
+        ("eager", False, (32,)),
+        ("eager", True, (8, 8)),
+    ]
+    assert len(set(points)) == 12
+    assert len({e.id for e in spec.experiments}) == 12
+
+
+def test_defaults_fill_and_experiment_values_win(write_spec):
+    spec = load_spec(
+        write_spec(
+            """
+            name: x
+            defaults:
+              device: cpu
+              compile: {backend: aot_eager, fullgraph: true}
+              timing: {repeats: 7}
+              seed: 5
+            experiments:
+              - target: seed.foo
+              - target: seed.bar
+                compile: {fullgraph: false}
+                timing: {warmup: 1}
+            """
+        )
+    )
+    first, second = spec.experiments
+    assert first.device == "cpu" and first.seed == 5
+    assert first.compile == CompileConfig(backend="aot_eager", fullgraph=True)
+    assert second.compile == CompileConfig(backend="aot_eager", fullgraph=False)  # own value wins, backend kept
+    assert (second.timing.warmup, second.timing.repeats) == (1, 7)
+
+
+def test_deep_merge_does_not_alias_its_inputs():
+    base = {"compile": {"options": {"a": 1}}}
+    merged = deep_merge(base, {"compile": {"mode": "max-autotune"}})
+    merged["compile"]["options"]["a"] = 2
+    assert base == {"compile": {"options": {"a": 1}}}
+
+
+def test_expand_without_sweep_yields_the_entry_once():
+    assert list(expand({"target": "seed.foo"}, {})) == [({}, {"target": "seed.foo"})]
+
+
+def test_ids_are_stable_and_canonical():
+    a = Experiment(target="seed.foo", params={"shape": [2, 2], "dtype": "float32"})
+    b = Experiment.model_validate({"params": {"dtype": "float32", "shape": [2, 2]}, "target": "seed.foo"})
+    assert a.id == b.id
+    assert Experiment(target="seed.foo", compile={"mode": "default"}).id == Experiment(target="seed.foo").id
+    assert Experiment(target="seed.foo", seed=1).id != Experiment(target="seed.foo").id
+
+
+def test_seed_spec_ids_are_the_same_on_every_machine():
+    # Golden ids: a change here changes every report's identity, so it must be deliberate.
+    ids = [e.id for e in load_spec(ROOT / "examples" / "seed.yaml").experiments]
+    assert ids == GOLDEN_SEED_IDS
+
+
+GOLDEN_SEED_IDS = [
+    "a6a7e5fc3ddb",
+    "a8eda2cc1e98",
+    "443a8aeff275",
+    "fea654d42bd0",
+    "fc68a9201a44",
+    "2de12b84f7c8",
+    "23960b48e8b3",
+    "2ebee8bc42ca",
+    "dc2a85203cfc",
+]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 
 import ray
 from pydantic import BaseModel
+from ray._private import services
 
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model
 
@@ -57,6 +59,8 @@ def connect(address: str | None = None, num_gpus: int | None = None, num_cpus: i
             raise ClusterError("--num-gpus/--num-cpus describe a local instance; they cannot be used with --address")
         kwargs = {"address": address} if address else {"num_gpus": num_gpus, "num_cpus": num_cpus or os.cpu_count()}
         try:
+            if address:
+                check_reachable(address)
             ray.init(**kwargs, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
         except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError… depending on the address
             where = f"Ray cluster at {address!r}" if address else "a local Ray instance"
@@ -64,6 +68,18 @@ def connect(address: str | None = None, num_gpus: int | None = None, num_cpus: i
                 f"could not connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
             ) from e
     return describe(address)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail at once when nothing listens at the cluster's address (``auto`` resolved as Ray does)."""
+    if address.startswith("ray://"):
+        host_port = address.removeprefix("ray://")
+        host_port = host_port if ":" in host_port else host_port + ":10001"  # Ray Client's default port
+    else:
+        host_port = services.canonicalize_bootstrap_address(address)  # 'auto' without a cluster raises
+    host, port = services.parse_address(host_port)
+    with socket.create_connection((host, int(port)), timeout=timeout_s):
+        pass
 
 
 def describe(address: str | None = None) -> ClusterInfo:

@@ -1,0 +1,79 @@
+"""Statistics derived from raw timing samples; pure functions of the samples, nothing measured here.
+
+Every figure a report shows about a side (median, IQR, noise) or about a comparison (speedup
+and its confidence interval) comes from these functions, so that it can be recomputed from
+the raw samples the report keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+NOISY_IQR_RATIO = 0.10  # IQR/median above this marks a side noisy (torch.utils.benchmark warns at 10%)
+BOOTSTRAP_RESAMPLES = 2000  # replicates per interval; the 2.5/97.5 percentiles move < 1% beyond this
+BOOTSTRAP_SEED = 0  # fixed, so the same samples give the same interval in every report
+CONFIDENCE = 0.95
+
+
+def describe(samples: Sequence[float]) -> dict[str, float | int | bool]:
+    """Median, min, mean, interquartile range, count, and whether IQR/median exceeds 10%."""
+    a = np.asarray(samples, dtype=float)
+    q1, median, q3 = np.percentile(a, [25, 50, 75])
+    iqr = float(q3 - q1)
+    return {
+        "median_ms": float(median),
+        "min_ms": float(a.min()),
+        "mean_ms": float(a.mean()),
+        "iqr_ms": iqr,
+        "n": int(a.size),
+        "noisy": bool(median > 0 and iqr / median > NOISY_IQR_RATIO),
+    }
+
+
+def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Median of each of ``resamples`` resamples (with replacement) of ``samples``."""
+    a = np.asarray(samples, dtype=float)
+    picks = rng.integers(0, a.size, size=(resamples, a.size))
+    return np.median(a[picks], axis=1)
+
+
+def speedup_replicates(
+    eager: Sequence[float], compiled: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> np.ndarray:
+    """Bootstrap replicates of median(eager) / median(compiled), both sides resampled."""
+    rng = np.random.default_rng(seed)
+    return bootstrap_medians(eager, rng, resamples) / bootstrap_medians(compiled, rng, resamples)
+
+
+def speedup_ci(
+    eager: Sequence[float], compiled: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the ratio of medians."""
+    return _interval(speedup_replicates(eager, compiled, resamples, seed))
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean; slowdowns (< 1) count as they are."""
+    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
+
+
+def geomean_ci(
+    pairs: Sequence[tuple[Sequence[float], Sequence[float]]],
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+) -> tuple[float, float]:
+    """95% interval of the geometric-mean speedup over several (eager, compiled) sample pairs.
+
+    Each replicate resamples every pair's two sides, takes each pair's ratio of medians, and
+    the geometric mean of those ratios.
+    """
+    logs = np.stack([np.log(speedup_replicates(e, c, resamples, seed + i)) for i, (e, c) in enumerate(pairs)])
+    return _interval(np.exp(logs.mean(axis=0)))
+
+
+def _interval(replicates: np.ndarray) -> tuple[float, float]:
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(replicates, [tail, 100 - tail])
+    return float(low), float(high)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import platform
 import tempfile
@@ -17,6 +16,7 @@ from rich.table import Table
 
 from orchestrator.cluster import ClusterInfo, Node
 from tasks.models import Result, Status
+from tasks.stats import geomean, geomean_ci
 
 SCHEMA_VERSION = 1
 
@@ -39,12 +39,21 @@ class Best(BaseModel):
 
 class GeoMean(BaseModel):
     speedup: float
+    ci: tuple[float, float]  # 95% bootstrap interval over every result's raw samples
     n: int
     targets: list[str]
 
 
+class Recompiled(BaseModel):
+    experiment_id: str
+    target: str
+    config: str
+    reasons: list[str]
+
+
 class Summary(BaseModel):
     counts: dict[str, int]
+    recompiled: list[Recompiled]  # compiled timings not trusted: kept out of bests and means
     best_by_target: dict[str, Best]
     geomean_by_config: dict[str, GeoMean]
     geomean_by_device_model: dict[str, dict[str, GeoMean]]
@@ -98,10 +107,17 @@ def summarize(results: Sequence[Result]) -> Summary:
 
     Geometric means are taken over every ``ok`` result of a configuration, slowdowns
     included as they are (a 0.5x result pulls the mean down; nothing is clipped at 1).
+    Results that compiled inside their timed window, or hit the recompile limit, are
+    listed apart and kept out of the bests and the means.
     """
     counts = Counter({status: 0 for status in get_args(Status)})
     counts.update(r.status for r in results)
-    timed = [r for r in results if r.status == "ok" and r.speedup]
+    recompiled = [
+        Recompiled(experiment_id=r.experiment_id, target=r.target, config=r.config_label, reasons=r.recompile_reasons)
+        for r in results
+        if r.recompiled
+    ]
+    timed = [r for r in results if r.status == "ok" and r.speedup and not r.recompiled]
 
     best: dict[str, Best] = {}
     for r in timed:
@@ -116,6 +132,7 @@ def summarize(results: Sequence[Result]) -> Summary:
         by_model[device_model(r)].append(r)
     return Summary(
         counts=dict(counts),
+        recompiled=recompiled,
         best_by_target=best,
         geomean_by_config=_geomeans(timed),
         geomean_by_device_model={model: _geomeans(rs) for model, rs in sorted(by_model.items())},
@@ -128,9 +145,12 @@ def _geomeans(results: Sequence[Result]) -> dict[str, GeoMean]:
         groups[r.config_label].append(r)
     out = {}
     for config, rs in groups.items():
-        logs = [math.log(r.speedup) for r in rs if r.speedup]
+        pairs = [(r.eager.samples_ms, r.compiled.samples_ms) for r in rs if r.eager and r.compiled]
         out[config] = GeoMean(
-            speedup=math.exp(sum(logs) / len(logs)), n=len(logs), targets=sorted({r.target for r in rs})
+            speedup=geomean([r.speedup for r in rs if r.speedup]),
+            ci=geomean_ci(pairs),
+            n=len(rs),
+            targets=sorted({r.target for r in rs}),
         )
     return out
 
@@ -171,8 +191,10 @@ def results_table(results: Sequence[Result], title: str | None = None) -> Table:
         ("eager ms", "right"),
         ("compiled ms", "right"),
         ("speedup", "right"),
+        ("95% CI", "right"),
         ("breaks", "right"),
         ("status", "left"),
+        ("notes", "left"),
     ]:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for r in results:
@@ -183,10 +205,22 @@ def results_table(results: Sequence[Result], title: str | None = None) -> Table:
             _ms(r.eager.median_ms if r.eager else None),
             _ms(r.compiled.median_ms if r.compiled else None),
             f"{r.speedup:.2f}x" if r.speedup else "-",
+            f"{r.speedup_ci[0]:.2f}-{r.speedup_ci[1]:.2f}" if r.speedup_ci else "-",
             "-" if r.graph_breaks is None else str(r.graph_breaks),
             r.status if r.status == "ok" else f"[red]{r.status}[/red]",
+            ", ".join(_notes(r)),
         )
     return table
+
+
+def _notes(r: Result) -> list[str]:
+    notes = ["[yellow]recompiled[/yellow]"] if r.recompiled else []
+    noisy = [name for name, side in (("eager", r.eager), ("compiled", r.compiled)) if side and side.noisy]
+    if noisy:
+        notes.append(f"noisy {'+'.join(noisy)}")
+    if r.compile.cache == "cold":
+        notes.append(f"cold compile {r.compile_latency_s:.1f}s" if r.compile_latency_s else "cold")
+    return notes
 
 
 def _ms(value: float | None) -> str:

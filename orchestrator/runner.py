@@ -54,10 +54,14 @@ def _execute(payload: dict[str, Any], cpus: int) -> dict[str, Any]:
 
 
 # A process keeps the CUDA_VISIBLE_DEVICES it first initialised CUDA with, so a GPU task
-# gets a fresh worker process every time (max_calls=1): its one device is the one Ray
-# reserved. CPU tasks reuse workers. A crashed experiment is reported, not retried.
-_run_gpu_task = ray.remote(max_calls=1, max_retries=0)(_execute)
-_run_cpu_task = ray.remote(max_retries=0)(_execute)
+# runs in a process of its own: its one device is the one Ray reserved. So does a cold-cache
+# experiment: a true cold compile needs a process that has compiled nothing. max_calls=1
+# alone is not enough (Ray hands such a task an idle worker that already ran other tasks);
+# a runtime_env of its own keeps those workers apart, and max_calls=1 ends each after one task.
+# Other CPU tasks reuse workers. A crashed experiment is reported, not retried.
+FRESH_PROCESS_ENV = {"env_vars": {"COMPILEBENCH_FRESH_PROCESS": "1"}}
+_run_in_fresh_process = ray.remote(max_calls=1, max_retries=0, runtime_env=FRESH_PROCESS_ENV)(_execute)
+_run_in_any_process = ray.remote(max_retries=0)(_execute)
 
 
 def run_experiments(
@@ -83,7 +87,8 @@ def run_experiments(
         if why:
             record(failed(exp, "runtime_error", ErrorInfo(type="Unschedulable", message=why), time.time()))
             continue
-        task = _run_gpu_task if need.gpus else _run_cpu_task
+        fresh = need.gpus > 0 or exp.compile.cache == "cold"
+        task = _run_in_fresh_process if fresh else _run_in_any_process
         ref = task.options(num_cpus=need.cpus, num_gpus=need.gpus).remote(exp.model_dump(mode="json"), need.cpus)
         pending[ref] = (exp, time.time())
 

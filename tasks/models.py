@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Device = Literal["auto", "cuda", "cpu"]
 Status = Literal["ok", "compile_error", "runtime_error", "incorrect"]
 CompileMethod = Literal["torch_compile", "module_compile"]
+CacheState = Literal["cold", "warm"]
 
 
 class Closed(BaseModel):
@@ -32,6 +33,7 @@ class CompileConfig(Closed):
     dynamic: bool | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     method: CompileMethod = "torch_compile"
+    cache: CacheState = "warm"
 
     @field_validator("mode")
     @classmethod
@@ -49,14 +51,33 @@ class CompileConfig(Closed):
             parts.append(self.method)
         if self.options:
             parts.append("options=" + _digest(self.options, 6))
+        if self.cache == "cold":
+            parts.append("cold")
         return "+".join(parts)
+
+    @property
+    def cudagraphs(self) -> bool:
+        """Whether inductor will record CUDA graphs (``reduce-overhead``, ``max-autotune``)."""
+        if self.backend == "cudagraphs":
+            return True
+        if self.backend != "inductor":
+            return False
+        return self.mode in ("reduce-overhead", "max-autotune") or bool(self.options.get("triton.cudagraphs"))
 
 
 class TimingConfig(Closed):
-    """How many untimed warmup calls precede how many timed ones, per side."""
+    """How many untimed warmup calls precede how many timed samples, per side.
+
+    ``warmup_ms``/``repeats_ms`` are budgets that, when given, replace the counts: as many
+    calls as fit, from an estimate of one call (as Triton's ``do_bench`` does).
+    ``flush_l2`` zeroes a buffer larger than L2 before each timed CUDA call.
+    """
 
     warmup: int = Field(default=3, ge=0)
     repeats: int = Field(default=10, ge=1)
+    warmup_ms: float | None = Field(default=None, gt=0)
+    repeats_ms: float | None = Field(default=None, gt=0)
+    flush_l2: bool = False
 
 
 class Resources(Closed):
@@ -107,13 +128,64 @@ class ErrorInfo(BaseModel):
 
 
 class SideTiming(BaseModel):
-    """Raw timings of one side (eager or compiled); statistics are derived from ``samples_ms``."""
+    """Raw timings of one side (eager or compiled) and how they were taken.
+
+    ``samples_ms`` are per-call times (a block's time divided by ``block_size``); the
+    statistics are derived from them by ``tasks.stats.describe``, never measured apart.
+    """
 
     first_call_ms: float
+    samples_ms: list[float]
+    warmup: int
+    block_size: int = 1
     median_ms: float
     min_ms: float
-    samples_ms: list[float]
+    mean_ms: float
+    iqr_ms: float
+    n: int
+    noisy: bool
     peak_memory_bytes: int | None = None
+
+    @classmethod
+    def from_samples(
+        cls, first_call_ms: float, samples_ms: list[float], warmup: int, block_size: int = 1, **extra: Any
+    ) -> SideTiming:
+        from tasks.stats import describe
+
+        return cls(
+            first_call_ms=first_call_ms,
+            samples_ms=samples_ms,
+            warmup=warmup,
+            block_size=block_size,
+            **describe(samples_ms),
+            **extra,
+        )
+
+
+class GpuState(BaseModel):
+    """What NVML says about the GPU at one moment: the conditions a timer cannot control."""
+
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    temperature_c: int | None = None
+    power_w: float | None = None
+
+
+class Measurement(BaseModel):
+    """How the numbers of a result were taken, and what the timer could not control."""
+
+    timer: Literal["perf_counter", "cuda_events"]
+    interleaved: bool = True
+    flush_l2: bool = False
+    cudagraphs: bool = False
+    cache: CacheState = "warm"
+    cache_dir: str | None = None
+    fresh_process: bool = False  # no experiment ran in this process before: nothing compiled in memory
+    cores: list[int] = Field(default_factory=list)
+    exclusive_cores: bool = False
+    compile_threads: int | None = None
+    gpu_before: GpuState | None = None
+    gpu_after: GpuState | None = None
 
 
 class WorkerInfo(BaseModel):
@@ -144,6 +216,12 @@ class Result(BaseModel):
     compiled: SideTiming | None = None
     compile_latency_s: float | None = None
     speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    memory_ratio: float | None = None  # eager peak / compiled peak (PyTorch's "compression ratio")
+    compile_breakdown: dict[str, float] = Field(default_factory=dict)  # seconds, where torch reports them
+    graphs_compiled: int | None = None
+    recompiled: bool = False
+    recompile_reasons: list[str] = Field(default_factory=list)
     graph_count: int | None = None
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list)
@@ -151,6 +229,7 @@ class Result(BaseModel):
     started_at: float
     finished_at: float
     worker: WorkerInfo | None = None
+    measurement: Measurement | None = None
 
     @property
     def config_label(self) -> str:

@@ -15,14 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch._dynamo
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import calculate_time_spent, counters
 
-from tasks.models import CompileConfig, ErrorInfo, Experiment, Result, SideTiming, Status, WorkerInfo
+from tasks.dynamo_watch import DynamoWatch, Snapshot
+from tasks.isolation import Isolation, isolate
+from tasks.models import CompileConfig, ErrorInfo, Experiment, Measurement, Result, SideTiming, Status, WorkerInfo
+from tasks.nvml import gpu_state
+from tasks.stats import speedup_ci
 from tasks.targets import Workload, build
-from tasks.timers import Timer, timer_for
+from tasks.timers import CUDAGRAPH_MIN_WARMUP, Timer, plan, timer_for
+
+_experiments_in_this_process = 0
+MAX_REASONS = 5  # guard failures listed per result; the count says how many there were
 
 
 @dataclass(frozen=True)
@@ -31,7 +37,12 @@ class Placement:
 
     node_id: str | None = None
     gpu_ids: Sequence[str] = ()
-    cpus: int | None = None  # cores reserved; torch's thread count is set to it
+    cpus: int | None = None  # cores reserved: claimed, pinned, and torch's thread count
+
+    @property
+    def slot(self) -> str:
+        """What no two concurrent experiments on a node share: a GPU, or else the CPU side."""
+        return "gpu" + "-".join(self.gpu_ids) if self.gpu_ids else "cpu"
 
 
 @dataclass
@@ -56,57 +67,123 @@ class _Partial:
 
 
 def run_experiment(exp: Experiment, placement: Placement = Placement(), timer: Timer | None = None) -> Result:
-    """Build, time eagerly, analyse graph breaks, compile, check, time compiled; never raises."""
+    """Run one experiment on the cores and compile cache it owns; never raises."""
+    global _experiments_in_this_process
     got = _Partial({"started_at": time.time(), "device": None})
+    fresh_process = _experiments_in_this_process == 0
+    _experiments_in_this_process += 1
+    try:
+        with isolate(placement.cpus, exp.compile.cache, placement.slot) as iso:
+            return _run(exp, placement, timer, iso, fresh_process, got)
+    except Exception as e:  # isolation itself failed (e.g. no permission to pin)
+        return got.finish(exp, "runtime_error", e)
+
+
+def _run(
+    exp: Experiment, placement: Placement, timer: Timer | None, iso: Isolation, fresh_process: bool, got: _Partial
+) -> Result:
+    """Build, time eagerly, analyse graph breaks, compile, check, time both sides interleaved."""
     try:
         device = resolve_device(exp.device)
     except RuntimeError as e:
         return got.finish(exp, "runtime_error", e)
+    timer = timer or timer_for(device, exp.timing)
     got.fields["device"] = device.type
     got.fields["worker"] = worker_info(device, placement)
-    timer = timer or timer_for(device)
+    measurement = got.fields["measurement"] = Measurement(
+        timer=timer.method,  # type: ignore[arg-type]
+        flush_l2=exp.timing.flush_l2 and device.type == "cuda",
+        cudagraphs=exp.compile.cudagraphs and device.type == "cuda",
+        cache=exp.compile.cache,
+        cache_dir=iso.cache_dir,
+        fresh_process=fresh_process,
+        cores=iso.cores,
+        exclusive_cores=iso.exclusive,
+        compile_threads=iso.compile_threads,
+    )
 
-    # 1. Eager: build the target from a seeded RNG, first call, warmup, timed calls.
+    # 1. Eager: build the target from a seeded RNG and take its first call.
     try:
         torch.manual_seed(exp.seed)
         work = build(exp.target, device, exp.params)
-        eager_out, eager = time_side(timer, work.fn, work.inputs, exp.timing.warmup, exp.timing.repeats, device)
+        eager_out, eager_first_ms = timer.first_call(lambda: work.fn(*work.inputs))
         references = [work.fn(*inputs) for inputs in work.check_inputs]
     except Exception as e:
         return got.finish(exp, "runtime_error", e)
-    got.fields["eager"] = eager
 
     # 2. Graphs and graph breaks, from a Dynamo trace of the eager callable.
     got.fields.update(analyse_graphs(work))
 
     # 3. Compile from a clean compiler state; the first call pays for compilation.
-    torch._dynamo.reset()
-    try:
-        compiled_fn = compile_callable(work.fn, exp.compile)
-        compiled_out, first_ms = timer.first_call(lambda: compiled_fn(*work.inputs))
-    except Exception as e:
-        return got.finish(exp, "compile_error", e)
-    got.fields["compile_latency_s"] = first_ms / 1e3
+    torch._dynamo.reset()  # also clears Dynamo's compile-time metrics
+    with DynamoWatch() as watch:
+        start = watch.snapshot()
+        try:
+            compiled_fn = compile_callable(work.fn, exp.compile)
+            compiled_out, compiled_first_ms = timer.first_call(lambda: compiled_fn(*work.inputs))
+        except Exception as e:
+            got.fields["eager"] = time_eager_alone(timer, work, exp, eager_first_ms)
+            return got.finish(exp, "compile_error", e)
+        got.fields["compile_latency_s"] = compiled_first_ms / 1e3
+        got.fields["compile_breakdown"] = {phase: float(s) for phase, s in calculate_time_spent().items()}
+        got.fields["graphs_compiled"] = watch.snapshot().graphs - start.graphs
 
-    # 4. Correctness against eager, on the timed inputs and on every check input.
-    try:
-        mismatch = compare(compiled_out, eager_out)
-        for inputs, reference in zip(work.check_inputs, references, strict=True):
-            mismatch = mismatch or compare(compiled_fn(*inputs), reference)
-    except Exception as e:
-        return got.finish(exp, "runtime_error", e)
-    got.fields["correct"] = mismatch is None
+        # 4. Correctness against eager, on the first inputs and on every check input.
+        try:
+            mismatch = compare(compiled_out, eager_out)
+            for inputs, reference in zip(work.check_inputs, references, strict=True):
+                mismatch = mismatch or compare(compiled_fn(*inputs), reference)
+        except Exception as e:
+            return got.finish(exp, "runtime_error", e)
+        got.fields["correct"] = mismatch is None
 
-    # 5. Compiled: warmup and timed calls (the first call was taken above).
-    try:
-        _, compiled = time_side(
-            timer, compiled_fn, work.inputs, exp.timing.warmup, exp.timing.repeats, device, first=(None, first_ms)
-        )
-    except Exception as e:
-        return got.finish(exp, "runtime_error", e)
-    got.fields["compiled"] = compiled
-    got.fields["speedup"] = eager.median_ms / compiled.median_ms if compiled.median_ms > 0 else None
+        # 5. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
+        try:
+            fns = [work.caller(work.fn), work.caller(compiled_fn)]
+            min_warmup = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
+            plans = [
+                plan(timer.estimate(lambda f=f: f(*work.inputs)), exp.timing, timer.blocked, m)
+                for f, m in zip((work.fn, compiled_fn), min_warmup, strict=True)
+            ]
+            for fn, p in zip(fns, plans, strict=True):
+                timer.warm(fn, p.warmup)
+            rounds = min(p.repeats for p in plans)
+            measurement.gpu_before = gpu_state(device)
+            before_window, reasons_before = watch.snapshot(), len(watch.reasons)
+            eager_samples, compiled_samples = timer.interleaved(fns, plans, rounds)
+            after_window = watch.snapshot()
+            measurement.gpu_after = gpu_state(device)
+            peaks = [peak_memory(f, device) for f in fns]
+        except Exception as e:
+            return got.finish(exp, "runtime_error", e)
+        got.fields.update(recompile_verdict(watch, start, before_window, after_window, reasons_before))
+
+    eager = SideTiming.from_samples(
+        eager_first_ms, eager_samples, plans[0].warmup, plans[0].block_size, peak_memory_bytes=peaks[0]
+    )
+    compiled = SideTiming.from_samples(
+        compiled_first_ms, compiled_samples, plans[1].warmup, plans[1].block_size, peak_memory_bytes=peaks[1]
+    )
+    got.fields.update(
+        eager=eager,
+        compiled=compiled,
+        speedup=eager.median_ms / compiled.median_ms if compiled.median_ms > 0 else None,
+        speedup_ci=speedup_ci(eager_samples, compiled_samples) if compiled.median_ms > 0 else None,
+        memory_ratio=peaks[0] / peaks[1] if peaks[0] and peaks[1] else None,
+    )
     return got.finish(exp, "ok" if mismatch is None else "incorrect", mismatch)
+
+
+def time_eager_alone(timer: Timer, work: Workload, exp: Experiment, first_ms: float) -> SideTiming | None:
+    """The eager side when there is no compiled side to interleave with (compilation failed)."""
+    try:
+        fn = work.caller(work.fn)
+        p = plan(timer.estimate(lambda: work.fn(*work.inputs)), exp.timing, timer.blocked)
+        timer.warm(fn, p.warmup)
+        (samples,) = timer.interleaved([fn], [p], p.repeats)
+    except Exception:
+        return None
+    return SideTiming.from_samples(first_ms, samples, p.warmup, p.block_size)
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -120,8 +197,6 @@ def resolve_device(requested: str) -> torch.device:
 
 
 def worker_info(device: torch.device, placement: Placement) -> WorkerInfo:
-    if placement.cpus:  # never more threads than cores this process may run on
-        torch.set_num_threads(max(1, min(placement.cpus, len(os.sched_getaffinity(0)))))
     return WorkerInfo(
         hostname=socket.gethostname(),
         node_id=placement.node_id,
@@ -130,31 +205,6 @@ def worker_info(device: torch.device, placement: Placement) -> WorkerInfo:
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         cpu_model=cpu_model(),
         threads=torch.get_num_threads(),
-    )
-
-
-def time_side(
-    timer: Timer,
-    fn: Callable[..., Any],
-    inputs: tuple[Any, ...],
-    warmup: int,
-    repeats: int,
-    device: torch.device,
-    first: tuple[Any, float] | None = None,
-) -> tuple[Any, SideTiming]:
-    """First call (unless already taken), then warmup and timed calls; peak memory on CUDA."""
-    call = lambda: fn(*inputs)  # noqa: E731
-    out, first_ms = first if first is not None else timer.first_call(call)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    samples = timer.samples(call, warmup, repeats)
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return out, SideTiming(
-        first_call_ms=first_ms,
-        median_ms=float(np.median(samples)),
-        min_ms=float(np.min(samples)),
-        samples_ms=samples,
-        peak_memory_bytes=peak,
     )
 
 
@@ -182,6 +232,36 @@ def compare(actual: Any, expected: Any) -> AssertionError | None:
     return None
 
 
+def peak_memory(call: Callable[[], Any], device: torch.device) -> int | None:
+    """Peak bytes allocated during one call, from a reset of the peak statistics (CUDA only)."""
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    call()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
+def recompile_verdict(
+    watch: DynamoWatch, start: Snapshot, before: Snapshot, after: Snapshot, reasons_before: int
+) -> dict[str, Any]:
+    """``recompiled`` when Dynamo compiled inside the timed window, or hit its recompile limit
+    at any point since compilation began (after which it silently runs the frame eagerly)."""
+    reasons = []
+    if after.frames > before.frames:
+        window_reasons = watch.reasons[reasons_before:]
+        count = after.frames - before.frames
+        reasons.append(f"{count} compilation(s) inside the timed window")
+        reasons += [f"guard failure: {r}" for r in window_reasons[:MAX_REASONS]]
+        if len(window_reasons) > MAX_REASONS:
+            reasons.append(f"... and {len(window_reasons) - MAX_REASONS} more guard failures")
+    if after.limit_hits > start.limit_hits or watch.limit_messages:
+        reasons.append("recompile limit hit: Dynamo ran the frame eagerly from then on")
+        reasons += watch.limit_messages[:1]
+    return {"recompiled": bool(reasons), "recompile_reasons": reasons}
+
+
 def analyse_graphs(work: Workload) -> dict[str, Any]:
     """Graph count, graph breaks and their reasons, from ``torch._dynamo.explain``.
 
@@ -196,6 +276,7 @@ def analyse_graphs(work: Workload) -> dict[str, Any]:
         return {"graph_count": None, "graph_breaks": None, "break_reasons": []}
     logged = [*counters["unimplemented"], *counters["graph_break"]]
     reasons = [_describe_break(r, logged) for r in explained.break_reasons if r.graph_break]
+    counters.clear()
     return {"graph_count": explained.graph_count, "graph_breaks": len(reasons), "break_reasons": reasons}
 
 

@@ -1,10 +1,11 @@
 """Timers: how calls become milliseconds, on the CPU and on a CUDA device.
 
-A timer does three things: ``first_call`` (one call by wall clock, compilation included),
-``estimate`` (the length of one steady-state call, to plan counts and block sizes) and
-``interleaved`` (warmup, then timed rounds that alternate between the sides being compared,
-so that drift in clocks or load hits every side alike). ``plan`` turns an estimate and the
-experiment's timing settings into counts. The procedure receives a timer; tests hand it fakes.
+A timer does four things: ``first_call`` (one call by wall clock, compilation included),
+``estimate`` (the length of one steady-state call, to plan counts and block sizes), ``warm``
+(the untimed calls) and ``interleaved`` (timed rounds that alternate between the sides being
+compared, so that drift in clocks or load hits every side alike). ``plan`` turns an estimate
+and the experiment's timing settings into counts. The procedure receives a timer; tests hand
+it fakes.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class Timer(Protocol):
 
     def estimate(self, fn: Call) -> float: ...
 
+    def warm(self, fn: Call, calls: int) -> None: ...
+
     def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]: ...
 
 
@@ -89,17 +92,18 @@ class CpuTimer:
             fn()
         return (self.clock() - start) * 1e3 / ESTIMATE_CALLS
 
+    def warm(self, fn: Call, calls: int) -> None:
+        for _ in range(calls):
+            fn()
+
     def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]:
-        """Warm each side up, then ``rounds`` rounds of one block per side, in turn.
+        """``rounds`` rounds of one timed block per side, in turn (warmup is ``warm``'s job).
 
         Method: ``perf_counter`` before and after a block of ``block_size`` calls; the sample
         is the block time divided by the block size. CPU kernels have finished when a call
         returns, so no synchronisation is needed. Side A's block, side B's block, A, B…: a
         change in clock speed or load during the measurement hits both sides alike.
         """
-        for fn, p in zip(fns, plans, strict=True):
-            for _ in range(p.warmup):
-                fn()
         samples: list[list[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for fn, p, out in zip(fns, plans, samples, strict=True):
@@ -144,17 +148,19 @@ class CudaTimer:
         torch.cuda.synchronize(self.device)
         return start.elapsed_time(end) / ESTIMATE_CALLS
 
+    def warm(self, fn: Call, calls: int) -> None:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize(self.device)
+
     def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]:
-        """Warm each side up, then ``rounds`` rounds of one timed call per side, in turn.
+        """``rounds`` rounds of one timed call per side, in turn (warmup is ``warm``'s job).
 
         Method: a CUDA event pair recorded on the current stream around each timed call; with
         ``flush_l2`` a 256 MB buffer is zeroed before each call (outside the events) so no
         call finds its inputs in L2. One synchronisation at the end reads all events: no host
         sync sits between timed calls. Sides alternate call by call.
         """
-        for fn, p in zip(fns, plans, strict=True):
-            for _ in range(p.warmup):
-                fn()
         torch.cuda.synchronize(self.device)
         events = [
             [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]

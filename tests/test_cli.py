@@ -112,7 +112,9 @@ def test_usage_errors_exit_2(tmp_path):
 
 def test_unreachable_cluster_exits_1_quickly_with_one_line(tmp_path):
     args = [sys.executable, "-m", "orchestrator", "run", str(ROOT / "examples" / "seed.yaml"), "--out", "r.json"]
-    proc = subprocess.run([*args, "--address", "127.0.0.1:1"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    proc = subprocess.run(
+        [*args, "--address", "127.0.0.1:1"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: could not connect to Ray cluster at '127.0.0.1:1': [Errno 111] Connection refused"

@@ -8,7 +8,6 @@ import torch
 from tasks.models import Experiment
 from tasks.procedure import Placement, compile_callable, run_experiment
 from tasks.targets import build
-from tasks.timers import CpuTimer
 
 
 def run(target: str, compile: dict | None = None, params: dict | None = None, **kw):
@@ -150,36 +149,110 @@ def test_seed_makes_inputs_deterministic():
 class FakeTimer:
     """Known samples and a log of what the procedure asked for; no clock involved."""
 
-    def __init__(self):
+    method = "perf_counter"
+    blocked = True
+
+    def __init__(self, estimates=(1.0, 1.0)):
         self.log = []
-        self.sides = iter([[4.0, 5.0, 3.0], [2.0, 1.0, 3.0]])  # eager, then compiled
+        self.estimates = iter(estimates)
 
     def first_call(self, fn):
         self.log.append("first")
         return fn(), 100.0
 
-    def samples(self, fn, warmup, repeats):
-        self.log.append(("samples", warmup, repeats))
-        return next(self.sides)
+    def estimate(self, fn):
+        self.log.append("estimate")
+        fn()
+        return next(self.estimates)
+
+    def warm(self, fn, calls):
+        self.log.append(("warm", calls))
+
+    def interleaved(self, fns, plans, rounds):
+        self.log.append(("interleaved", len(fns), rounds, [p.block_size for p in plans]))
+        return [[4.0, 5.0, 3.0], [2.0, 1.0, 3.0]]
 
 
-def test_procedure_times_each_side_with_the_configured_counts():
+def test_procedure_interleaves_both_sides_with_the_configured_counts():
     timer = FakeTimer()
     exp = Experiment(
         target="seed.foo", params={"shape": [4]}, compile={"backend": "eager"}, timing={"warmup": 2, "repeats": 3}
     )
     r = run_experiment(exp, timer=timer)
-    assert timer.log == ["first", ("samples", 2, 3), "first", ("samples", 2, 3)]
+    assert timer.log == [
+        "first",  # eager
+        "first",  # compiled: the compile latency
+        "estimate",
+        "estimate",
+        ("warm", 2),
+        ("warm", 2),
+        ("interleaved", 2, 3, [1, 1]),  # one interleaved window for both sides, never one side after the other
+    ]
     assert (r.eager.median_ms, r.eager.min_ms, r.eager.samples_ms) == (4.0, 3.0, [4.0, 5.0, 3.0])
     assert (r.compiled.median_ms, r.compiled.min_ms) == (2.0, 1.0)
+    assert r.eager.warmup == 2 and r.eager.n == 3
     assert r.speedup == 2.0
+    assert r.speedup_ci[0] <= 2.0 <= r.speedup_ci[1]
     assert r.compile_latency_s == 0.1
+    assert r.measurement.timer == "perf_counter" and r.measurement.interleaved
 
 
-def test_cpu_timer_calls_warmup_plus_repeats_and_reads_its_clock():
-    ticks = iter(range(0, 1000, 2))  # every clock read advances 2 s
-    calls = []
-    timer = CpuTimer(clock=lambda: next(ticks) * 1.0)
-    samples = timer.samples(lambda: calls.append(1), warmup=3, repeats=4)
-    assert len(calls) == 7
-    assert samples == [2000.0] * 4
+def test_short_calls_are_planned_in_blocks():
+    timer = FakeTimer(estimates=(0.004, 0.25))
+    r = run_experiment(Experiment(target="seed.foo", params={"shape": [4]}, compile={"backend": "eager"}), timer=timer)
+    assert timer.log[-1] == ("interleaved", 2, 10, [250, 1])  # 4 us calls in blocks of 1 ms; 250 us calls alone
+    assert r.eager.block_size == 250 and r.compiled.block_size == 1
+
+
+def test_compile_failure_still_times_the_eager_side():
+    r = run("seed.bar", compile={"backend": "eager", "fullgraph": True}, timing={"warmup": 1, "repeats": 4})
+    assert r.status == "compile_error"
+    assert r.eager.n == 4 and r.compiled is None
+
+
+def shapes_run(dynamic, shapes=None, warmup=0, repeats=8):
+    params = {"shapes": shapes} if shapes else {}
+    return run(
+        "dynamic.foo3", {"backend": "eager", "dynamic": dynamic}, params, timing={"warmup": warmup, "repeats": repeats}
+    )
+
+
+def test_changing_shapes_recompile_inside_the_timed_window_when_static():
+    r = shapes_run(dynamic=False)
+    assert r.status == "ok", r.error
+    assert r.recompiled is True
+    assert r.recompile_reasons[0] == "3 compilation(s) inside the timed window"
+    assert (
+        r.recompile_reasons[1] == "guard failure: 0/0: tensor 'x' size mismatch at index 0. expected 1024, actual 2048"
+    )
+
+
+def test_changing_shapes_do_not_recompile_when_dynamic():
+    r = shapes_run(dynamic=True)
+    assert r.status == "ok", r.error
+    assert (r.recompiled, r.recompile_reasons) == (False, [])
+
+
+def test_warmup_that_covers_every_shape_keeps_the_window_clean():
+    r = shapes_run(dynamic=False, warmup=4)
+    assert r.recompiled is False
+
+
+def test_hitting_the_recompile_limit_is_flagged():
+    r = shapes_run(dynamic=False, shapes=[[n] for n in range(1, 13)], warmup=11, repeats=2)
+    assert r.recompiled is True  # every compile happened in warmup, but the limit was hit there
+    assert r.recompile_reasons[0] == "recompile limit hit: Dynamo ran the frame eagerly from then on"
+    assert "recompile_limit (8)" in r.recompile_reasons[1]
+
+
+def test_recompiled_is_always_present_and_false_for_a_clean_run():
+    r = run("seed.foo", params={"shape": [16]})
+    assert r.model_dump()["recompiled"] is False
+
+
+def test_compile_latency_is_split_where_torch_reports_it():
+    r = run("seed.foo3", compile={"backend": "inductor"}, params={"shape": [64, 64]})
+    assert r.status == "ok", r.error
+    assert r.graphs_compiled == 1
+    assert {"entire_frame_compile", "backend_compile"} <= set(r.compile_breakdown)
+    assert r.compile_breakdown["entire_frame_compile"] <= r.compile_latency_s

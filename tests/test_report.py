@@ -21,8 +21,17 @@ from orchestrator.report import (
 from tasks.models import Result, SideTiming, WorkerInfo
 
 
-def result(target: str, speedup: float | None, status: str = "ok", backend: str = "inductor", gpu: str | None = None):
-    side = SideTiming(first_call_ms=1.0, median_ms=1.0, min_ms=1.0, samples_ms=[1.0])
+def result(
+    target: str,
+    speedup: float | None,
+    status: str = "ok",
+    backend: str = "inductor",
+    gpu: str | None = None,
+    recompiled: bool = False,
+):
+    noise = [0.98, 1.0, 1.02, 0.99, 1.01]
+    eager = SideTiming.from_samples(1.0, [n * (speedup or 1.0) for n in noise], warmup=1)
+    compiled = SideTiming.from_samples(1.0, noise, warmup=1)
     return Result(
         experiment_id=f"{target}-{backend}-{gpu}",
         target=target,
@@ -32,9 +41,11 @@ def result(target: str, speedup: float | None, status: str = "ok", backend: str 
         timing={},
         seed=0,
         status=status,
-        eager=side,
-        compiled=side if speedup else None,
+        eager=eager,
+        compiled=compiled if speedup else None,
         speedup=speedup,
+        recompiled=recompiled,
+        recompile_reasons=["1 compilation(s) inside the timed window"] if recompiled else [],
         started_at=0.0,
         finished_at=1.0,
         worker=WorkerInfo(hostname="h", pid=1, threads=1, gpu_name=gpu, cpu_model="Xeon"),
@@ -53,6 +64,19 @@ def test_geomean_keeps_slowdowns_unclipped():
     assert s.geomean_by_config["inductor"].speedup == pytest.approx(1.0)
     assert s.geomean_by_config["eager"].speedup == pytest.approx(0.5)  # clipping at 1.0 would say 1.0
     assert s.geomean_by_config["inductor"].targets == ["a", "b"]
+
+
+def test_geomean_has_a_confidence_interval_from_the_raw_samples():
+    s = summarize([result("a", 4.0), result("b", 0.25)])
+    low, high = s.geomean_by_config["inductor"].ci
+    assert low < 1.0 < high and high - low < 0.2
+
+
+def test_recompiled_results_are_listed_apart_and_kept_out_of_the_means():
+    s = summarize([result("a", 2.0), result("b", 50.0, recompiled=True)])
+    assert [(r.target, r.reasons) for r in s.recompiled] == [("b", ["1 compilation(s) inside the timed window"])]
+    assert s.geomean_by_config["inductor"].speedup == pytest.approx(2.0)
+    assert "b" not in s.best_by_target
 
 
 def test_failed_and_incorrect_results_do_not_enter_the_means():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections import defaultdict
+from pathlib import Path
 
 from orchestrator.cluster import ClusterInfo, Node
 from orchestrator.journal import Journal
@@ -41,6 +43,7 @@ def test_eight_experiments_on_four_gpus_use_every_gpu_and_never_share_one(ray_cl
         assert overlaps(rs) == [], f"two experiments overlapped on GPU {gpu}"
     assert all(r.device == "cpu" for r in results)  # logical GPUs: pinned, but run on the CPU
     assert len({r.worker.pid for r in results}) == 8  # a fresh process for every GPU task
+    assert all(r.measurement.fresh_process for r in results)
 
 
 def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(ray_cluster):
@@ -85,3 +88,44 @@ def test_failures_are_results_and_the_sweep_goes_on(ray_cluster, tmp_path):
     lines = (tmp_path / "j.jsonl").read_text().splitlines()
     assert sorted(Result.model_validate_json(line).experiment_id for line in lines) == sorted(e.id for e in experiments)
     assert len(seen) == 4
+
+
+def foo3(cache: str, seed: int = 0) -> Experiment:
+    return Experiment(
+        target="seed.foo3",
+        params={"shape": [256, 256]},
+        device="cpu",
+        compile={"backend": "inductor", "cache": cache},
+        timing={"warmup": 1, "repeats": 3},
+        seed=seed,
+    )
+
+
+def test_cold_compile_is_several_times_the_warm_one(ray_cluster):
+    warm_up, cold, warm = run_experiments([foo3("warm", 1), foo3("cold"), foo3("warm", 2)], ray_cluster)
+    assert [r.status for r in (warm_up, cold, warm)] == ["ok"] * 3, [r.error for r in (warm_up, cold, warm)]
+    assert cold.experiment_id != foo3("warm").id  # the cache state is part of the experiment
+    assert cold.measurement.cache == "cold" and cold.measurement.fresh_process
+    assert not Path(cold.measurement.cache_dir).exists()  # a cold directory lives as long as its experiment
+    assert warm.measurement.cache_dir == warm_up.measurement.cache_dir
+    assert cold.compile_latency_s > 2 * warm.compile_latency_s, (cold.compile_latency_s, warm.compile_latency_s)
+
+
+def test_cpu_experiments_own_the_nodes_cores(ray_cluster):
+    (r,) = run_experiments([sleepy(7, device="cpu")], ray_cluster)
+    physical = sorted(os.sched_getaffinity(0))
+    assert r.measurement.cores == physical[:RAY_CPUS]
+    assert r.measurement.exclusive_cores
+    assert r.worker.threads == r.measurement.compile_threads == len(r.measurement.cores)
+
+
+def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
+    results = run_experiments([sleepy(100 + seed) for seed in range(4)], ray_cluster)
+    assert all(r.status == "ok" for r in results)
+    exclusive = [r for r in results if r.measurement.exclusive_cores]
+    assert exclusive, "at least one task found a free core"
+    assert all(len(r.measurement.cores) == 1 and r.worker.threads == 1 for r in exclusive)
+    for a, b in itertools.combinations(exclusive, 2):
+        overlapping = a.started_at < b.finished_at and b.started_at < a.finished_at
+        if overlapping:
+            assert set(a.measurement.cores).isdisjoint(b.measurement.cores)

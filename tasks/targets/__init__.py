@@ -7,12 +7,17 @@ compiled result is checked against eager but never timed (to cover every branch 
 data-dependent target). Built-in targets are registered under a name (``seed.foo``);
 user targets are named by import path (``package.module:factory``) and follow the
 same contract.
+
+``example_inputs`` may also be an ``InputCycle``: a list of input tuples that successive
+calls take in turn (a workload whose shapes change between calls). The first tuple is the
+one for the first call, the correctness check and the estimate of a call's length.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +36,10 @@ class Target:
     description: str
 
 
+class InputCycle(list):  # type: ignore[type-arg]
+    """Input tuples that successive calls take in turn, from the first."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """What a factory built: the thing to compile, its example inputs, extra check inputs."""
@@ -38,6 +47,15 @@ class Workload:
     fn: Callable[..., Any]
     inputs: tuple[Any, ...]
     check_inputs: list[tuple[Any, ...]] = field(default_factory=list)
+    cycle: list[tuple[Any, ...]] | None = None  # inputs of successive calls, when they vary
+
+    def caller(self, fn: Callable[..., Any]) -> Callable[[], Any]:
+        """A no-argument call of ``fn`` on this workload's inputs (the next ones, when they cycle)."""
+        if not self.cycle:
+            inputs = self.inputs
+            return lambda: fn(*inputs)
+        sets, position = self.cycle, itertools.count()
+        return lambda: fn(*sets[next(position) % len(sets)])
 
     @property
     def is_module(self) -> bool:
@@ -115,8 +133,13 @@ def build(target: str, device: torch.device, params: dict[str, Any]) -> Workload
     fn, inputs, *rest = made
     if not callable(fn):
         raise TargetError(f"target '{target}' returned a {type(fn).__name__}, which is not callable")
-    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     checks = [tuple(c) for c in rest[0]] if rest else []
+    if isinstance(inputs, InputCycle):
+        if not inputs:
+            raise TargetError(f"target '{target}' returned an empty InputCycle")
+        cycle = [tuple(i) for i in inputs]
+        return Workload(fn, cycle[0], checks, cycle)
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     return Workload(fn, inputs, checks)
 
 
@@ -128,4 +151,5 @@ def dtype_of(name: str) -> torch.dtype:
     return dtype
 
 
-from tasks.targets import seed as _seed  # noqa: E402,F401  (registers the built-in targets)
+from tasks.targets import dynamic as _dynamic  # noqa: E402,F401  (registers the built-in targets)
+from tasks.targets import seed as _seed  # noqa: E402,F401

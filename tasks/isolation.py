@@ -1,0 +1,121 @@
+"""Keeping concurrent experiments on one node out of each other's way.
+
+Ray reserves CPU *counts* but pins nothing, and inductor's caches default to one directory
+per user shared by every process on the node. So a task claims actual cores (one lock file
+per core, ``flock``ed: a lock dies with its process), pins itself and the compile workers it
+spawns to them (``sched_setaffinity`` is inherited), sizes torch's threads and inductor's
+compile pool to them, and compiles into a cache directory no concurrent experiment uses:
+a fresh empty one for ``cache: cold``, and for ``warm`` the node's directory of its slot
+(its GPU, or its first core), which persists across experiments on that slot.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import torch
+
+CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+def state_root() -> Path:
+    """Per-user, per-node directory for core locks and compile caches."""
+    return Path(os.environ.get("COMPILEBENCH_STATE_DIR") or Path(tempfile.gettempdir()) / f"compilebench-{os.getuid()}")
+
+
+@dataclass
+class Isolation:
+    cores: list[int]
+    exclusive: bool
+    cache_dir: str | None
+    compile_threads: int | None
+    _locks: list[IO[str]] = field(default_factory=list, repr=False)
+
+
+def claim_cores(count: int, allowed: Sequence[int], root: Path) -> tuple[list[int], list[IO[str]]]:
+    """Lock up to ``count`` of the ``allowed`` cores that no other process holds."""
+    lock_dir = root / "cores"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    cores, locks = [], []
+    for core in sorted(allowed):
+        if len(cores) == count:
+            break
+        handle = open(lock_dir / f"{core}.lock", "a")  # noqa: SIM115  (held until release)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        cores.append(core)
+        locks.append(handle)
+    return cores, locks
+
+
+@contextmanager
+def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
+    """Pin to ``cpus`` claimed cores and select the compile cache, for the ``with`` body.
+
+    ``cpus=None`` (not scheduled by compilebench, e.g. a direct in-process call) pins nothing
+    and, for a warm cache, keeps inductor's own default directory. If fewer cores are free
+    than requested (a node declaring more CPUs than it has), the claimed ones are used; if
+    none is free, the task shares the node's cores and says so (``exclusive=False``).
+    """
+    root = state_root()
+    allowed = sorted(os.sched_getaffinity(0))
+    saved_env = {name: os.environ.get(name) for name in (*CACHE_ENV, "TORCHINDUCTOR_COMPILE_THREADS")}
+    saved_threads = torch.get_num_threads()
+    cores, locks = claim_cores(cpus, allowed, root) if cpus else ([], [])
+    exclusive = bool(cores)
+    cores = cores or allowed
+    cold_dir = None
+    try:
+        if cpus:
+            os.sched_setaffinity(0, cores)
+            torch.set_num_threads(len(cores))
+        compile_threads = _size_compile_pool(len(cores)) if cpus else None
+        if cache == "cold":
+            cold_dir = tempfile.mkdtemp(prefix="cold-", dir=_mkdir(root / "cache"))
+            cache_dir: str | None = cold_dir
+        elif cpus:
+            cache_dir = str(_mkdir(root / "cache" / slot))
+        else:
+            cache_dir = None
+        if cache_dir:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # read at each use by inductor
+            os.environ["TRITON_CACHE_DIR"] = str(Path(cache_dir) / "triton")
+        yield Isolation(cores, exclusive, cache_dir, compile_threads, locks)
+    finally:
+        for name, value in saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        if cpus:
+            os.sched_setaffinity(0, allowed)
+            torch.set_num_threads(saved_threads)
+        for handle in locks:
+            handle.close()  # releases the flock
+        if cold_dir:
+            shutil.rmtree(cold_dir, ignore_errors=True)
+
+
+def _size_compile_pool(threads: int) -> int:
+    """Inductor compiles with at most ``threads`` workers: the cores this task owns."""
+    import torch._inductor.config as inductor_config
+
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = str(threads)  # for processes it starts
+    inductor_config.compile_threads = threads  # read when a compile pool is created
+    return threads
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from orchestrator import api
 from orchestrator.cluster import ClusterError, ClusterInfo
-from orchestrator.report import results_table
+from orchestrator.report import results_table, summary_table
 from orchestrator.spec import Spec, SpecError, load_spec
 from tasks.models import Result
 
@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark torch.compile against eager on every GPU of a Ray cluster (or on the CPU).",
 )
-_WIDTH = None if sys.stdout.isatty() else 140  # wide enough for the results table in logs and pipes
+_WIDTH = None if sys.stdout.isatty() else 160  # wide enough for the results table in logs and pipes
 out_console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
 
@@ -78,6 +78,12 @@ def run(
     finally:
         progress.stop()
     out_console.print(results_table(report.results, title=report.name))
+    if report.summary.geomean_by_config:
+        out_console.print(summary_table(report.summary))
+    for r in report.summary.recompiled:
+        out_console.print(
+            f"[yellow]recompiled[/yellow] {r.target} {r.config} ({r.experiment_id}): {'; '.join(r.reasons[:2])}"
+        )
     counts = ", ".join(f"{n} {status}" for status, n in report.summary.counts.items() if n)
     out_console.print(f"{counts}. Report: {out}")
 

@@ -213,11 +213,26 @@ def results_table(results: Sequence[Result], title: str | None = None) -> Table:
     return table
 
 
+def summary_table(summary: Summary) -> Table:
+    """Geometric-mean speedup of each configuration, with its interval, per device model."""
+    table = Table(title="geometric-mean speedup by configuration")
+    for name, justify in [("device", "left"), ("config", "left"), ("speedup", "right"), ("95% CI", "right")]:
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    table.add_column("n", justify="right")
+    table.add_column("targets")
+    for model, configs in summary.geomean_by_device_model.items():
+        for config, g in configs.items():
+            table.add_row(
+                model, config, f"{g.speedup:.2f}x", f"{g.ci[0]:.2f}-{g.ci[1]:.2f}", str(g.n), ", ".join(g.targets)
+            )
+    return table
+
+
 def _notes(r: Result) -> list[str]:
     notes = ["[yellow]recompiled[/yellow]"] if r.recompiled else []
     noisy = [name for name, side in (("eager", r.eager), ("compiled", r.compiled)) if side and side.noisy]
     if noisy:
-        notes.append(f"noisy {'+'.join(noisy)}")
+        notes.append(f"noisy:{'+'.join(noisy)}")
     if r.compile.cache == "cold":
         notes.append(f"cold compile {r.compile_latency_s:.1f}s" if r.compile_latency_s else "cold")
     return notes

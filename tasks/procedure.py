@@ -128,6 +128,8 @@ def _run(
         got.fields["compile_breakdown"] = {phase: float(s) for phase, s in calculate_time_spent().items()}
         got.fields["graphs_compiled"] = watch.snapshot().graphs - start.graphs
 
+        eager_fn = eager_callable(work.fn, exp.compile)
+
         # 4. Correctness against eager, on the first inputs and on every check input.
         try:
             mismatch = compare(compiled_out, eager_out)
@@ -139,11 +141,11 @@ def _run(
 
         # 5. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
         try:
-            fns = [work.caller(work.fn), work.caller(compiled_fn)]
+            fns = [work.caller(eager_fn), work.caller(compiled_fn)]
             min_warmup = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
             plans = [
                 plan(timer.estimate(lambda f=f: f(*work.inputs)), exp.timing, timer.blocked, m)
-                for f, m in zip((work.fn, compiled_fn), min_warmup, strict=True)
+                for f, m in zip((eager_fn, compiled_fn), min_warmup, strict=True)
             ]
             for fn, p in zip(fns, plans, strict=True):
                 timer.warm(fn, p.warmup)
@@ -221,6 +223,15 @@ def compile_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[...
         fn.compile(**kwargs)
         return fn
     return torch.compile(fn, **kwargs)
+
+
+def eager_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[..., Any]:
+    """The uncompiled call of ``fn``: ``mod.compile()`` compiles ``mod.__call__`` in place, so
+    for ``module_compile`` the eager side calls the module's own ``_call_impl`` (the path
+    ``__call__`` takes when nothing is compiled: hooks, then ``forward``)."""
+    if cfg.method == "module_compile" and isinstance(fn, torch.nn.Module):
+        return fn._call_impl
+    return fn
 
 
 def compare(actual: Any, expected: Any) -> AssertionError | None:

@@ -256,3 +256,16 @@ def test_compile_latency_is_split_where_torch_reports_it():
     assert r.graphs_compiled == 1
     assert {"entire_frame_compile", "backend_compile"} <= set(r.compile_breakdown)
     assert r.compile_breakdown["entire_frame_compile"] <= r.compile_latency_s
+
+
+def test_module_compile_times_the_uncompiled_module_on_the_eager_side():
+    from tests.user_targets import PYTHON_FORWARDS
+
+    r = run(
+        "tests.user_targets:make_counting_module",
+        compile={"backend": "eager", "method": "module_compile"},
+        timing={"warmup": 2, "repeats": 5},
+    )
+    assert r.status == "ok", r.error
+    # first call + estimate (1 + 5 calls) + warmup 2 + 5 timed blocks; a compiled eager side would run none
+    assert PYTHON_FORWARDS["eager"] == 1 + 6 + 2 + 5 * r.eager.block_size

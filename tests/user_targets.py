@@ -43,3 +43,24 @@ def make_crash(device: torch.device):
     import os
 
     os._exit(3)
+
+
+PYTHON_FORWARDS = {"eager": 0}
+
+
+class CountingModule(torch.nn.Module):
+    """Counts the forwards Python runs outside Dynamo: the eager calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not torch.compiler.is_compiling():
+            PYTHON_FORWARDS["eager"] += 1
+        return self.lin(x)
+
+
+def make_counting_module(device: torch.device):
+    PYTHON_FORWARDS["eager"] = 0
+    return CountingModule().to(device), (torch.randn(2, 4, device=device),)

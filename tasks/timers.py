@@ -10,9 +10,11 @@ it fakes.
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,6 +58,19 @@ def plan(estimate_ms: float, timing: TimingConfig, blocked: bool, min_warmup: in
     warmup = timing.warmup if timing.warmup_ms is None else math.ceil(timing.warmup_ms / per_call)
     repeats = timing.repeats if timing.repeats_ms is None else max(1, int(timing.repeats_ms / (per_call * block)))
     return Plan(warmup=max(warmup, min_warmup), repeats=repeats, block_size=block)
+
+
+@contextmanager
+def gc_paused() -> Any:
+    """Python's garbage collector off while timing, as ``timeit`` (and so torch.utils.benchmark)
+    does: a collection triggered by one call's allocations would otherwise land in a random sample."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class Timer(Protocol):
@@ -102,15 +117,17 @@ class CpuTimer:
         Method: ``perf_counter`` before and after a block of ``block_size`` calls; the sample
         is the block time divided by the block size. CPU kernels have finished when a call
         returns, so no synchronisation is needed. Side A's block, side B's block, A, B…: a
-        change in clock speed or load during the measurement hits both sides alike.
+        change in clock speed or load during the measurement hits both sides alike. The
+        garbage collector is paused throughout (``gc_paused``).
         """
         samples: list[list[float]] = [[] for _ in fns]
-        for _ in range(rounds):
-            for fn, p, out in zip(fns, plans, samples, strict=True):
-                start = self.clock()
-                for _ in range(p.block_size):
-                    fn()
-                out.append((self.clock() - start) * 1e3 / p.block_size)
+        with gc_paused():
+            for _ in range(rounds):
+                for fn, p, out in zip(fns, plans, samples, strict=True):
+                    start = self.clock()
+                    for _ in range(p.block_size):
+                        fn()
+                    out.append((self.clock() - start) * 1e3 / p.block_size)
         return samples
 
 
@@ -159,21 +176,23 @@ class CudaTimer:
         Method: a CUDA event pair recorded on the current stream around each timed call; with
         ``flush_l2`` a 256 MB buffer is zeroed before each call (outside the events) so no
         call finds its inputs in L2. One synchronisation at the end reads all events: no host
-        sync sits between timed calls. Sides alternate call by call.
+        sync sits between timed calls. Sides alternate call by call. The garbage collector
+        is paused throughout (``gc_paused``).
         """
         torch.cuda.synchronize(self.device)
         events = [
             [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
             for _ in fns
         ]
-        for i in range(rounds):
-            for fn, side in zip(fns, events, strict=True):
-                self._flush()
-                start, end = side[i]
-                start.record()
-                fn()
-                end.record()
-        torch.cuda.synchronize(self.device)
+        with gc_paused():
+            for i in range(rounds):
+                for fn, side in zip(fns, events, strict=True):
+                    self._flush()
+                    start, end = side[i]
+                    start.record()
+                    fn()
+                    end.record()
+            torch.cuda.synchronize(self.device)
         return [[start.elapsed_time(end) for start, end in side] for side in events]
 
     def _flush(self) -> None:

@@ -184,6 +184,7 @@ class Measurement(BaseModel):
     cores: list[int] = Field(default_factory=list)
     exclusive_cores: bool = False
     compile_threads: int | None = None
+    allocator: str | None = None  # how the C allocator was set for timing, if it was
     gpu_before: GpuState | None = None
     gpu_after: GpuState | None = None
 

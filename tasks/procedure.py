@@ -100,6 +100,7 @@ def _run(
         cores=iso.cores,
         exclusive_cores=iso.exclusive,
         compile_threads=iso.compile_threads,
+        allocator=iso.allocator,
     )
 
     # 1. Eager: build the target from a seeded RNG and take its first call.

@@ -29,6 +29,7 @@ def test_a_task_is_pinned_to_the_cores_it_claimed_and_restored_after(state_dir):
         assert inductor_config.compile_threads == iso.compile_threads == 1
         assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
         assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(state_dir / "cache" / "gpu0") == iso.cache_dir
+        assert iso.allocator is not None and "M_MMAP_MAX=0" in iso.allocator
     assert os.sched_getaffinity(0) == allowed
     assert torch.get_num_threads() == threads
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(state_dir / "cache" / "gpu0")
@@ -72,5 +73,5 @@ def test_cold_cache_is_a_fresh_empty_directory_removed_afterwards(state_dir):
 def test_in_process_use_pins_nothing_and_keeps_inductors_default_cache():
     before = (os.sched_getaffinity(0), os.environ.get("TORCHINDUCTOR_CACHE_DIR"))
     with isolate(cpus=None, cache="warm", slot="cpu") as iso:
-        assert (iso.cache_dir, iso.compile_threads, iso.exclusive) == (None, None, False)
+        assert (iso.cache_dir, iso.compile_threads, iso.exclusive, iso.allocator) == (None, None, False, None)
         assert (os.sched_getaffinity(0), os.environ.get("TORCHINDUCTOR_CACHE_DIR")) == before

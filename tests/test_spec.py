@@ -50,7 +50,7 @@ def test_unknown_field(write_spec):
     msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {bakend: eager}\n")
     assert msg == (
         "spec.yaml: experiments[0].compile.bakend: unknown field "
-        "(allowed: backend, mode, fullgraph, dynamic, options, method)"
+        "(allowed: backend, mode, fullgraph, dynamic, options, method, cache)"
     )
 
 
@@ -104,7 +104,7 @@ def test_sweep_path_that_does_not_exist(write_spec):
     msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    sweep: {compile.fulgraph: [true]}\n")
     assert msg == (
         "spec.yaml: experiments[0].sweep.compile.fulgraph: no field 'fulgraph' "
-        "(fields of compile: backend, mode, fullgraph, dynamic, options, method)"
+        "(fields of compile: backend, mode, fullgraph, dynamic, options, method, cache)"
     )
 
 
@@ -190,3 +190,22 @@ def test_cli_bad_spec_is_one_line_exit_2_and_starts_nothing(write_spec, tmp_path
     assert lines[0].startswith("error: spec.yaml: experiments[0].compile.mode: unknown mode 'fastest'")
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("r.*"))  # no report, no journal: nothing started
+
+
+def test_cache_state_is_checked(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {cache: lukewarm}\n")
+    assert msg == "spec.yaml: experiments[0].compile.cache: input should be 'cold' or 'warm' (got 'lukewarm')"
+
+
+def test_time_budgets_must_be_positive(write_spec):
+    msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    timing: {repeats_ms: 0}\n")
+    assert msg == "spec.yaml: experiments[0].timing.repeats_ms: input should be greater than 0 (got 0)"
+
+
+def test_cold_and_warm_are_different_experiments(write_spec):
+    spec = load_spec(
+        write_spec("name: x\nexperiments:\n  - target: seed.foo\n    sweep: {compile.cache: [cold, warm]}\n")
+    )
+    cold, warm = spec.experiments
+    assert cold.id != warm.id
+    assert (cold.compile.label(), warm.compile.label()) == ("inductor+cold", "inductor")

@@ -111,8 +111,9 @@ class Experiment(Closed):
 
     @property
     def id(self) -> str:
-        """Stable identity: a hash of the canonical fields (same spec, same id, on any machine)."""
-        return _digest(self.model_dump(mode="json"), 12)
+        """Stable identity: a hash of the fields that differ from their defaults (same spec, same id,
+        on any machine; a field added later with a default leaves existing ids as they were)."""
+        return _digest(self.model_dump(mode="json", exclude_defaults=True), 12)
 
 
 class ErrorInfo(BaseModel):

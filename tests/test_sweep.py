@@ -80,6 +80,8 @@ def test_ids_are_stable_and_canonical():
     assert a.id == b.id
     assert Experiment(target="seed.foo", compile={"mode": "default"}).id == Experiment(target="seed.foo").id
     assert Experiment(target="seed.foo", seed=1).id != Experiment(target="seed.foo").id
+    explicit_defaults = Experiment(target="seed.foo", device="auto", compile={"cache": "warm"}, timing={"repeats": 10})
+    assert explicit_defaults.id == Experiment(target="seed.foo").id
 
 
 def test_seed_spec_ids_are_the_same_on_every_machine():
@@ -89,13 +91,13 @@ def test_seed_spec_ids_are_the_same_on_every_machine():
 
 
 GOLDEN_SEED_IDS = [
-    "a6a7e5fc3ddb",
-    "a8eda2cc1e98",
-    "443a8aeff275",
-    "fea654d42bd0",
-    "fc68a9201a44",
-    "2de12b84f7c8",
-    "23960b48e8b3",
-    "2ebee8bc42ca",
-    "dc2a85203cfc",
+    "aa975c26545f",
+    "a48898a66f90",
+    "27fee1f93407",
+    "48dadc4ad2a5",
+    "d46c93668b5c",
+    "e765e80aa189",
+    "8d79e01853b1",
+    "d2ae57ce67ec",
+    "600387e0c4c8",
 ]

@@ -6,7 +6,7 @@ per core, ``flock``ed: a lock dies with its process), pins itself and the compil
 spawns to them (``sched_setaffinity`` is inherited), sizes torch's threads and inductor's
 compile pool to them, and compiles into a cache directory no concurrent experiment uses:
 a fresh empty one for ``cache: cold``, and for ``warm`` the node's directory of its slot
-(its GPU, or the CPU side), which persists across experiments on that slot.
+(its GPU, or the first core it holds), which persists across experiments on that slot.
 
 It also steadies glibc's allocator: by default glibc serves large blocks with fresh
 ``mmap``s and trims freed heap by thresholds it adjusts as the process runs, so whether an
@@ -99,7 +99,7 @@ def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
             cold_dir = tempfile.mkdtemp(prefix="cold-", dir=_mkdir(root / "cache"))
             cache_dir: str | None = cold_dir
         elif cpus:
-            cache_dir = str(_mkdir(root / "cache" / slot))
+            cache_dir = str(_mkdir(root / "cache" / _cache_slot(slot, cores, exclusive)))
         else:
             cache_dir = None
         if cache_dir:
@@ -132,6 +132,14 @@ def steady_allocator() -> str | None:
     except (OSError, AttributeError, TypeError):
         return None
     return STEADY_ALLOCATOR if ok else None
+
+
+def _cache_slot(slot: str, cores: list[int], exclusive: bool) -> str:
+    """A GPU slot is held by one task at a time; CPU tasks are told apart by the cores they hold
+    (a task sharing cores it could not claim gets a directory of its own process)."""
+    if slot != "cpu":
+        return slot
+    return f"cpu{cores[0]}" if exclusive else f"cpu-shared-{os.getpid()}"
 
 
 def _size_compile_pool(threads: int) -> int:

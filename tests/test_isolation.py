@@ -59,6 +59,20 @@ def test_without_a_free_core_the_task_shares_and_says_so(state_dir):
         handle.close()
 
 
+def test_cpu_tasks_on_different_cores_never_share_a_warm_cache(state_dir):
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two cores")
+    with isolate(cpus=1, cache="warm", slot="cpu") as first:
+        pass
+    _, held = claim_cores(1, allowed, state_dir)  # another task holds the first core
+    with isolate(cpus=1, cache="warm", slot="cpu") as second:
+        assert second.exclusive and second.cores != first.cores
+    for handle in held:
+        handle.close()
+    assert first.cache_dir != second.cache_dir
+
+
 def test_cold_cache_is_a_fresh_empty_directory_removed_afterwards(state_dir):
     with isolate(cpus=1, cache="cold", slot="cpu") as cold:
         path = Path(cold.cache_dir)

@@ -21,11 +21,21 @@ from torch._dynamo.utils import calculate_time_spent, counters
 
 from tasks.dynamo_watch import DynamoWatch, Snapshot
 from tasks.isolation import Isolation, isolate
-from tasks.models import CompileConfig, ErrorInfo, Experiment, Measurement, Result, SideTiming, Status, WorkerInfo
+from tasks.models import (
+    CompileConfig,
+    ErrorInfo,
+    Experiment,
+    Measurement,
+    Result,
+    SideTiming,
+    Status,
+    TimingConfig,
+    WorkerInfo,
+)
 from tasks.nvml import gpu_state
 from tasks.stats import speedup_ci
 from tasks.targets import Workload, build
-from tasks.timers import CUDAGRAPH_MIN_WARMUP, Timer, plan, timer_for
+from tasks.timers import CUDAGRAPH_MIN_WARMUP, Plan, Timer, plan, timer_for
 
 _experiments_in_this_process = 0
 MAX_REASONS = 5  # guard failures listed per result; the count says how many there were
@@ -142,21 +152,14 @@ def _run(
 
         # 5. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
         try:
-            fns = [work.caller(eager_fn), work.caller(compiled_fn)]
-            min_warmup = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
-            plans = [
-                plan(timer.estimate(lambda f=f: f(*work.inputs)), exp.timing, timer.blocked, m)
-                for f, m in zip((eager_fn, compiled_fn), min_warmup, strict=True)
-            ]
-            for fn, p in zip(fns, plans, strict=True):
-                timer.warm(fn, p.warmup)
-            rounds = min(p.repeats for p in plans)
+            min_warmups = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
+            calls, plans = prepare_sides(timer, work, [eager_fn, compiled_fn], exp.timing, min_warmups)
             measurement.gpu_before = gpu_state(device)
             before_window, reasons_before = watch.snapshot(), len(watch.reasons)
-            eager_samples, compiled_samples = timer.interleaved(fns, plans, rounds)
+            eager_samples, compiled_samples = timer.interleaved(calls, plans, min(p.repeats for p in plans))
             after_window = watch.snapshot()
             measurement.gpu_after = gpu_state(device)
-            peaks = [peak_memory(f, device) for f in fns]
+            peaks = [peak_memory(call, device) for call in calls]
         except Exception as e:
             return got.finish(exp, "runtime_error", e)
         got.fields.update(recompile_verdict(watch, start, before_window, after_window, reasons_before))
@@ -177,13 +180,31 @@ def _run(
     return got.finish(exp, "ok" if mismatch is None else "incorrect", mismatch)
 
 
+def prepare_sides(
+    timer: Timer,
+    work: Workload,
+    fns: Sequence[Callable[..., Any]],
+    timing: TimingConfig,
+    min_warmups: Sequence[int] = (),
+) -> tuple[list[Callable[[], Any]], list[Plan]]:
+    """Each side's call (cycling inputs where the workload has them) and plan, from an estimate
+    of one call on the first inputs; the warmup calls are made here."""
+    calls = [work.caller(fn) for fn in fns]
+    min_warmups = list(min_warmups) or [0] * len(fns)
+    plans = [
+        plan(timer.estimate(lambda fn=fn: fn(*work.inputs)), timing, timer.blocked, minimum)
+        for fn, minimum in zip(fns, min_warmups, strict=True)
+    ]
+    for call, p in zip(calls, plans, strict=True):
+        timer.warm(call, p.warmup)
+    return calls, plans
+
+
 def time_eager_alone(timer: Timer, work: Workload, exp: Experiment, first_ms: float) -> SideTiming | None:
     """The eager side when there is no compiled side to interleave with (compilation failed)."""
     try:
-        fn = work.caller(work.fn)
-        p = plan(timer.estimate(lambda: work.fn(*work.inputs)), exp.timing, timer.blocked)
-        timer.warm(fn, p.warmup)
-        (samples,) = timer.interleaved([fn], [p], p.repeats)
+        calls, (p,) = prepare_sides(timer, work, [work.fn], exp.timing)
+        (samples,) = timer.interleaved(calls, [p], p.repeats)
     except Exception:
         return None
     return SideTiming.from_samples(first_ms, samples, p.warmup, p.block_size)

@@ -76,7 +76,10 @@ def check_reachable(address: str, timeout_s: float = 5.0) -> None:
         host_port = address.removeprefix("ray://")
         host_port = host_port if ":" in host_port else host_port + ":10001"  # Ray Client's default port
     else:
-        host_port = services.canonicalize_bootstrap_address(address)  # 'auto' without a cluster raises
+        resolved = services.canonicalize_bootstrap_address(address)  # 'auto' without a cluster raises
+        if resolved is None:
+            raise ConnectionError(f"no Ray cluster found at {address!r}")
+        host_port = resolved
     host, port = services.parse_address(host_port)
     with socket.create_connection((host, int(port)), timeout=timeout_s):
         pass

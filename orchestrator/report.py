@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from pydantic import BaseModel, Field
 from rich.table import Table
@@ -18,7 +18,7 @@ from orchestrator.cluster import ClusterInfo, Node
 from tasks.models import Result, Status
 from tasks.stats import geomean, geomean_ci
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 
 
 class Environment(BaseModel):

@@ -57,7 +57,8 @@ def claim_cores(count: int, allowed: Sequence[int], root: Path) -> tuple[list[in
     """Lock up to ``count`` of the ``allowed`` cores that no other process holds."""
     lock_dir = root / "cores"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    cores, locks = [], []
+    cores: list[int] = []
+    locks: list[IO[str]] = []
     for core in sorted(allowed):
         if len(cores) == count:
             break

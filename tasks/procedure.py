@@ -7,6 +7,7 @@ experiment becomes a failed result, never a crash of the caller.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -192,7 +193,7 @@ def prepare_sides(
     calls = [work.caller(fn) for fn in fns]
     min_warmups = list(min_warmups) or [0] * len(fns)
     plans = [
-        plan(timer.estimate(lambda fn=fn: fn(*work.inputs)), timing, timer.blocked, minimum)
+        plan(timer.estimate(functools.partial(fn, *work.inputs)), timing, timer.blocked, minimum)
         for fn, minimum in zip(fns, min_warmups, strict=True)
     ]
     for call, p in zip(calls, plans, strict=True):

@@ -8,6 +8,7 @@ the raw samples the report keeps.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -17,7 +18,16 @@ BOOTSTRAP_SEED = 0  # fixed, so the same samples give the same interval in every
 CONFIDENCE = 0.95
 
 
-def describe(samples: Sequence[float]) -> dict[str, float | int | bool]:
+class SampleStats(TypedDict):
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    iqr_ms: float
+    n: int
+    noisy: bool
+
+
+def describe(samples: Sequence[float]) -> SampleStats:
     """Median, min, mean, interquartile range, count, and whether IQR/median exceeds 10%."""
     a = np.asarray(samples, dtype=float)
     q1, median, q3 = np.percentile(a, [25, 50, 75])

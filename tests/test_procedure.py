@@ -269,3 +269,15 @@ def test_module_compile_times_the_uncompiled_module_on_the_eager_side():
     assert r.status == "ok", r.error
     # first call + estimate (1 + 5 calls) + warmup 2 + 5 timed blocks; a compiled eager side would run none
     assert PYTHON_FORWARDS["eager"] == 1 + 6 + 2 + 5 * r.eager.block_size
+
+
+def test_peak_memory_is_one_call_from_a_reset_of_the_peak_statistics(monkeypatch):
+    from tasks.procedure import peak_memory
+
+    log = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: log.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 4096)
+    assert peak_memory(lambda: log.append("call"), torch.device("cuda", 0)) == 4096
+    assert log == ["sync", "reset", "call", "sync"]
+    assert peak_memory(lambda: None, torch.device("cpu")) is None

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tasks.models import TimingConfig
-from tasks.timers import CUDAGRAPH_MIN_WARMUP, CpuTimer, Plan, plan
+from tasks.timers import CUDAGRAPH_MIN_WARMUP, CpuTimer, CudaTimer, Plan, plan
 
 
 class Clock:
@@ -76,3 +77,50 @@ def test_first_call_is_wall_time_in_ms():
     clock, log = Clock(), []
     _, ms = CpuTimer(clock=clock).first_call(clock.call("f", log, 2.5))
     assert ms == 2500.0 and log == ["f"]
+
+
+class FakeCuda:
+    """Stands in for torch.cuda: events read a fake device clock; synchronisations are logged."""
+
+    def __init__(self, monkeypatch):
+        self.now, self.log = 0.0, []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.t = None
+
+            def record(self):
+                fake.log.append("record")
+                self.t = fake.now
+
+            def elapsed_time(self, end):
+                return end.t - self.t
+
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.log.append("sync"))
+
+    def call(self, name, ms):
+        def fn():
+            self.log.append(name)
+            self.now += ms
+
+        return fn
+
+
+def test_cuda_timer_records_events_around_each_call_and_synchronises_once_at_the_end(monkeypatch):
+    cuda = FakeCuda(monkeypatch)
+    timer = CudaTimer(torch.device("cuda", 0), flush_l2=True)
+    monkeypatch.setattr(timer, "_flush", lambda: cuda.log.append("flush"))
+    samples = timer.interleaved([cuda.call("e", 3.0), cuda.call("c", 1.0)], [Plan(0, 2), Plan(0, 2)], rounds=2)
+    assert samples == [[3.0, 3.0], [1.0, 1.0]]
+    window = ["flush", "record", "e", "record", "flush", "record", "c", "record"]
+    assert cuda.log == ["sync", *window, *window, "sync"]  # drain the warmup, then one sync at the end
+
+
+def test_cuda_timer_without_flush_touches_no_buffer(monkeypatch):
+    cuda = FakeCuda(monkeypatch)
+    timer = CudaTimer(torch.device("cuda", 0))
+    timer.interleaved([cuda.call("e", 2.0)], [Plan(0, 1)], rounds=1)
+    assert cuda.log == ["sync", "record", "e", "record", "sync"]
+    assert timer._flush_buffer is None

@@ -34,8 +34,8 @@ def reservation(exp: Experiment, cluster: ClusterInfo) -> Reservation:
     return Reservation(cpus=cpus, gpus=gpus)
 
 
-def unschedulable(exp: Experiment, need: Reservation, cluster: ClusterInfo) -> str | None:
-    """Why no node of the cluster can ever run ``exp``, or None."""
+def unschedulable(need: Reservation, cluster: ClusterInfo) -> str | None:
+    """Why no node of the cluster can ever hold this reservation, or None."""
     if need.gpus > cluster.max_gpus_per_node:
         return f"needs {need.gpus} GPU(s) on one node; the largest node has {cluster.max_gpus_per_node}"
     if need.cpus > cluster.max_cpus_per_node:
@@ -83,9 +83,9 @@ def run_experiments(
     pending: dict[ray.ObjectRef, tuple[Experiment, float]] = {}
     for exp in experiments:
         need = reservation(exp, cluster)
-        why = unschedulable(exp, need, cluster)
+        why = unschedulable(need, cluster)
         if why:
-            record(failed(exp, "runtime_error", ErrorInfo(type="Unschedulable", message=why), time.time()))
+            record(failed(exp, ErrorInfo(type="Unschedulable", message=why), time.time()))
             continue
         fresh = need.gpus > 0 or exp.compile.cache == "cold"
         task = _run_in_fresh_process if fresh else _run_in_any_process
@@ -99,13 +99,13 @@ def run_experiments(
             try:
                 result = Result.model_validate(ray.get(ref))
             except Exception as e:  # the worker died, or its result did not come back
-                result = failed(exp, "runtime_error", ErrorInfo.from_exception(e), submitted)
+                result = failed(exp, ErrorInfo.from_exception(e), submitted)
             record(result)
     return [results[exp.id] for exp in experiments]
 
 
-def failed(exp: Experiment, status: str, error: ErrorInfo, started_at: float) -> Result:
-    """A result for an experiment that produced none of its own."""
+def failed(exp: Experiment, error: ErrorInfo, started_at: float) -> Result:
+    """A ``runtime_error`` result for an experiment that produced none of its own."""
     return Result(
         experiment_id=exp.id,
         target=exp.target,
@@ -114,7 +114,7 @@ def failed(exp: Experiment, status: str, error: ErrorInfo, started_at: float) ->
         compile=exp.compile,
         timing=exp.timing,
         seed=exp.seed,
-        status=status,  # type: ignore[arg-type]
+        status="runtime_error",
         error=error,
         started_at=started_at,
         finished_at=time.time(),

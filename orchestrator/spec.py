@@ -58,6 +58,9 @@ def load_spec(path: str | Path) -> Spec:
     path = Path(path)
     raw = _read(path)
     where = path.name
+    if not isinstance(raw, dict):
+        got = "an empty file" if raw is None else f"a {type(raw).__name__}"
+        raise SpecError(f"{where}: a spec is a mapping with 'name' and 'experiments', got {got}")
     try:
         top = SpecFile.model_validate(raw)
     except ValidationError as e:

@@ -59,6 +59,11 @@ def test_unknown_top_level_field(write_spec):
     assert msg == "spec.yaml: experimnts: unknown field (allowed: name, description, defaults, experiments)"
 
 
+def test_top_level_must_be_a_mapping(write_spec):
+    assert error_of(write_spec, "") == "spec.yaml: a spec is a mapping with 'name' and 'experiments', got an empty file"
+    assert error_of(write_spec, "- a\n") == "spec.yaml: a spec is a mapping with 'name' and 'experiments', got a list"
+
+
 def test_missing_required_field(write_spec):
     assert error_of(write_spec, "experiments: [{target: seed.foo}]\n") == "spec.yaml: name: required field missing"
 

@@ -91,6 +91,9 @@ def test_validate_counts_experiments():
     result = runner.invoke(app, ["validate", str(ROOT / "examples" / "seed.yaml")])
     assert result.exit_code == 0
     assert "valid, 9 experiments" in result.output
+    result = runner.invoke(app, ["validate", str(ROOT / "examples" / "measurements.yaml")])
+    assert result.exit_code == 0
+    assert "valid, 5 experiments" in result.output
 
 
 def test_tasks_lists_every_seed_target_with_params():

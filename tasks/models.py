@@ -128,7 +128,18 @@ class ErrorInfo(BaseModel):
         return cls(type=f"{kind.__module__}.{kind.__qualname__}", message=str(exc)[:limit])
 
 
-class SideTiming(BaseModel):
+class SampleStats(BaseModel):
+    """What ``tasks.stats.describe`` derives from a list of samples."""
+
+    median_ms: float
+    min_ms: float
+    mean_ms: float
+    iqr_ms: float
+    n: int
+    noisy: bool
+
+
+class SideTiming(SampleStats):
     """Raw timings of one side (eager or compiled) and how they were taken.
 
     ``samples_ms`` are per-call times (a block's time divided by ``block_size``); the
@@ -139,12 +150,6 @@ class SideTiming(BaseModel):
     samples_ms: list[float]
     warmup: int
     block_size: int = 1
-    median_ms: float
-    min_ms: float
-    mean_ms: float
-    iqr_ms: float
-    n: int
-    noisy: bool
     peak_memory_bytes: int | None = None
 
     @classmethod
@@ -158,7 +163,7 @@ class SideTiming(BaseModel):
             samples_ms=samples_ms,
             warmup=warmup,
             block_size=block_size,
-            **describe(samples_ms),
+            **describe(samples_ms).model_dump(),
             **extra,
         )
 

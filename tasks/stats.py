@@ -8,9 +8,10 @@ the raw samples the report keeps.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypedDict
 
 import numpy as np
+
+from tasks.models import SampleStats
 
 NOISY_IQR_RATIO = 0.10  # IQR/median above this marks a side noisy (torch.utils.benchmark warns at 10%)
 BOOTSTRAP_RESAMPLES = 2000  # replicates per interval; the 2.5/97.5 percentiles move < 1% beyond this
@@ -18,28 +19,19 @@ BOOTSTRAP_SEED = 0  # fixed, so the same samples give the same interval in every
 CONFIDENCE = 0.95
 
 
-class SampleStats(TypedDict):
-    median_ms: float
-    min_ms: float
-    mean_ms: float
-    iqr_ms: float
-    n: int
-    noisy: bool
-
-
 def describe(samples: Sequence[float]) -> SampleStats:
     """Median, min, mean, interquartile range, count, and whether IQR/median exceeds 10%."""
     a = np.asarray(samples, dtype=float)
     q1, median, q3 = np.percentile(a, [25, 50, 75])
     iqr = float(q3 - q1)
-    return {
-        "median_ms": float(median),
-        "min_ms": float(a.min()),
-        "mean_ms": float(a.mean()),
-        "iqr_ms": iqr,
-        "n": int(a.size),
-        "noisy": bool(median > 0 and iqr / median > NOISY_IQR_RATIO),
-    }
+    return SampleStats(
+        median_ms=float(median),
+        min_ms=float(a.min()),
+        mean_ms=float(a.mean()),
+        iqr_ms=iqr,
+        n=int(a.size),
+        noisy=bool(median > 0 and iqr / median > NOISY_IQR_RATIO),
+    )
 
 
 def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:

@@ -10,8 +10,8 @@ from tasks.stats import describe, geomean, geomean_ci, speedup_ci
 
 def test_describe_derives_everything_from_the_samples():
     d = describe([1.0, 2.0, 3.0, 4.0, 100.0])
-    assert d == {"median_ms": 3.0, "min_ms": 1.0, "mean_ms": 22.0, "iqr_ms": 2.0, "n": 5, "noisy": True}
-    assert describe([10.0, 10.1, 10.2, 9.9])["noisy"] is False
+    assert d.model_dump() == {"median_ms": 3.0, "min_ms": 1.0, "mean_ms": 22.0, "iqr_ms": 2.0, "n": 5, "noisy": True}
+    assert describe([10.0, 10.1, 10.2, 9.9]).noisy is False
 
 
 def test_bootstrap_interval_contains_the_true_ratio():

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from orchestrator.cluster import ClusterInfo, connect
+from orchestrator.cluster import ClusterInfo, connect, environment
 from orchestrator.journal import Journal, journal_path
-from orchestrator.report import Report, build_report, environment, write_report
+from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import Spec, load_spec
 

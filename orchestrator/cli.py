@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator import api
-from orchestrator.cluster import ClusterError, ClusterInfo
-from orchestrator.report import results_table, summary_table
-from orchestrator.spec import Spec, SpecError, load_spec
-from tasks.models import Result
+# Heavy modules (torch, Ray, inductor) are imported inside the commands that need them, so
+# that --help and the report-reading commands start at once.
+if TYPE_CHECKING:
+    from orchestrator.cluster import ClusterInfo
+    from orchestrator.spec import Spec
+    from tasks.models import Result
 
 app = typer.Typer(
     add_completion=False,
@@ -34,6 +34,8 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _load(spec: Path) -> Spec:
+    from orchestrator.spec import SpecError, load_spec
+
     try:
         return load_spec(spec)
     except SpecError as e:
@@ -53,6 +55,12 @@ def run(
     num_cpus: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all).")] = None,
 ) -> None:
     """Run every experiment of SPEC and write the report to OUT."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from orchestrator import api
+    from orchestrator.cluster import ClusterError
+    from orchestrator.report import results_table, summary_table
+
     if address and (num_gpus is not None or num_cpus is not None):
         raise _fail("--num-gpus and --num-cpus describe a local Ray instance; drop them with --address", 2)
     loaded = _load(spec)

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import socket
 
 import ray
 from pydantic import BaseModel
 from ray._private import services
 
+from orchestrator.report.models import Environment, Node
+
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model
 
 
 class ClusterError(RuntimeError):
     """The cluster could not be reached or started."""
-
-
-class Node(BaseModel):
-    node_id: str
-    hostname: str
-    address: str
-    cpus: int
-    gpus: int
-    gpu_models: list[str]
 
 
 class ClusterInfo(BaseModel):
@@ -102,3 +96,17 @@ def describe(address: str | None = None) -> ClusterInfo:
             )
         )
     return ClusterInfo(address=address, nodes=nodes)
+
+
+def environment(cluster: ClusterInfo | None) -> Environment:
+    """The driver's versions and the cluster's nodes, for the report."""
+    import torch
+
+    return Environment(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        ray=ray.__version__,
+        platform=platform.platform(),
+        cluster_address=cluster.address if cluster else None,
+        nodes=cluster.nodes if cluster else [],
+    )

@@ -13,9 +13,24 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 Device = Literal["auto", "cuda", "cpu"]
-Status = Literal["ok", "compile_error", "runtime_error", "incorrect"]
+Status = Literal[
+    "ok",  # timed, and correct (or not checkable: ``correct`` is then None)
+    "compile_error",  # the first compiled call raised
+    "runtime_error",  # the target, its inputs or the eager side raised; or the device cannot run it
+    "incorrect",  # compiled output failed the correctness check; still timed
+    "timeout",  # passed ``timeout_s``; its worker was killed and replaced
+    "crashed",  # the worker process died, or its node was lost, on every attempt
+    "oom",  # torch.OutOfMemoryError anywhere in the experiment; not retried
+    "unschedulable",  # no node of the cluster can ever hold the reservation
+]
 CompileMethod = Literal["torch_compile", "module_compile"]
 CacheState = Literal["cold", "warm"]
+Phase = Literal["inference", "training"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16", "amp_bf16", "amp_fp16"]
+Optimizer = Literal["sgd", "adamw"]
+TimingMethod = Literal["wall", "events"]
+AllocatorSetting = Literal["steady", "system"]
+CheckReference = Literal["fp64", "eager"]
 
 
 class Closed(BaseModel):
@@ -78,6 +93,29 @@ class TimingConfig(Closed):
     warmup_ms: float | None = Field(default=None, gt=0)
     repeats_ms: float | None = Field(default=None, gt=0)
     flush_l2: bool = False
+    method: TimingMethod | None = Field(
+        default=None,
+        description="CUDA only: 'wall' (perf_counter between two synchronisations: what a user waits for, "
+        "host overhead included; the default) or 'events' (device time between CUDA events).",
+    )
+    allocator: AllocatorSetting = Field(
+        default="steady",
+        description="'steady': glibc's malloc held to heap-only, never trimmed, in scheduled workers; "
+        "'system': left as the C library sets it.",
+    )
+
+
+class CheckConfig(Closed):
+    """How the compiled side's outputs (and, in training, gradients) are judged against eager."""
+
+    enabled: bool = True
+    rtol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
+    atol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
+    reference: CheckReference = Field(
+        default="fp64",
+        description="'fp64': judge both sides against a float64 run of the eager target (as PyTorch's "
+        "dynamo harness does); 'eager': compare compiled with eager directly.",
+    )
 
 
 class Resources(Closed):
@@ -97,6 +135,17 @@ class Experiment(Closed):
     compile: CompileConfig = Field(default_factory=CompileConfig)
     timing: TimingConfig = Field(default_factory=TimingConfig)
     seed: int = 0
+    phase: Phase = "inference"
+    precision: Precision = "fp32"
+    optimizer: Optimizer | None = Field(default=None, description="training only: an optimizer step after backward")
+    check: CheckConfig = Field(default_factory=CheckConfig)
+    timeout_s: float = Field(default=1800.0, gt=0, description="seconds for the whole experiment, compile included")
+    retries: int = Field(default=1, ge=0, description="re-runs on a fresh worker after the worker process died")
+    gpu_model: str | None = Field(
+        default=None,
+        description="the GPU model to run on (a node's accelerator_type); None: any GPU. A spec's "
+        "'gpu_models' list (or 'all') expands into one experiment per model.",
+    )
 
     @field_validator("target")
     @classmethod
@@ -144,6 +193,8 @@ class SideTiming(SampleStats):
 
     ``samples_ms`` are per-call times (a block's time divided by ``block_size``); the
     statistics are derived from them by ``tasks.stats.describe``, never measured apart.
+    ``device_samples_ms`` (CUDA) are the device times of the same calls, from events inside
+    the synchronised window; ``host_bound`` when wall time exceeds device time by over 20%.
     """
 
     first_call_ms: float
@@ -151,6 +202,8 @@ class SideTiming(SampleStats):
     warmup: int
     block_size: int = 1
     peak_memory_bytes: int | None = None
+    device_samples_ms: list[float] | None = None
+    host_bound: bool | None = None
 
     @classmethod
     def from_samples(
@@ -180,7 +233,7 @@ class GpuState(BaseModel):
 class Measurement(BaseModel):
     """How the numbers of a result were taken, and what the timer could not control."""
 
-    timer: Literal["perf_counter", "cuda_events"]
+    timer: Literal["perf_counter", "cuda_events", "wall"]
     interleaved: bool = True
     flush_l2: bool = False
     cudagraphs: bool = False
@@ -193,6 +246,9 @@ class Measurement(BaseModel):
     allocator: str | None = None  # how the C allocator was set for timing, if it was
     gpu_before: GpuState | None = None
     gpu_after: GpuState | None = None
+    cudagraphs_used: bool | None = None  # reduce-overhead: whether inductor really replayed CUDA graphs
+    cudagraph_skips: list[str] = Field(default_factory=list)  # why inductor skipped them, if it did
+    inputs_mutated: bool = False  # the target mutates its inputs: fresh copies before each call, untimed
 
 
 class WorkerInfo(BaseModel):
@@ -205,6 +261,37 @@ class WorkerInfo(BaseModel):
     gpu_name: str | None = None
     cpu_model: str | None = None
     threads: int
+    gpu_model: str | None = None  # the node's accelerator_type, else the CUDA device name
+    versions: dict[str, str] = Field(default_factory=dict)  # torch, triton, cuda, driver, compilebench, git
+
+
+class CheckInfo(BaseModel):
+    """How a result's correctness was judged, and the worst error seen.
+
+    ``method``: ``fp64_rmse`` (compiled vs a float64 reference, allowed ``multiplier`` x eager's
+    own RMSE + tol/10, after an allclose check), ``allclose`` (compiled vs eager within
+    ``rtol``/``atol``), ``cosine`` (where no float64 run was possible), ``equal`` (non-floating
+    outputs only), ``none`` (not checked: ``Result.check_note`` says why).
+    """
+
+    method: Literal["fp64_rmse", "allclose", "cosine", "equal", "none"]
+    rtol: float | None = None
+    atol: float | None = None
+    multiplier: float | None = None
+    max_abs_error: float | None = None
+    max_rel_error: float | None = None
+    rmse_compiled: float | None = None
+    rmse_eager: float | None = None
+    compared: list[str] = Field(default_factory=list)  # what was compared: outputs, loss, gradients
+    eager_deterministic: bool | None = None  # two eager runs gave the same outputs
+    worst: str | None = None  # where the worst error was: a path into the output structure
+
+
+class WorkInfo(BaseModel):
+    """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
+
+    flops: int | None = None
+    bytes: int | None = None
 
 
 class Result(BaseModel):
@@ -217,6 +304,10 @@ class Result(BaseModel):
     compile: CompileConfig
     timing: TimingConfig
     seed: int
+    phase: Phase = "inference"
+    precision: Precision = "fp32"
+    gpu_model: str | None = None  # requested (None: any); the one used is worker.gpu_model
+    attempts: int = 1
     status: Status
     error: ErrorInfo | None = None
     eager: SideTiming | None = None
@@ -233,6 +324,12 @@ class Result(BaseModel):
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list)
     correct: bool | None = None
+    check: CheckInfo | None = None
+    check_note: str | None = None  # why correctness could not be judged, when correct is None
+    work: WorkInfo | None = None
+    inductor_options: dict[str, Any] = Field(default_factory=dict)  # inductor config differing from defaults
+    requested: Resources | None = None  # what the experiment asked for
+    reserved: Resources | None = None  # what the scheduler gave it
     started_at: float
     finished_at: float
     worker: WorkerInfo | None = None

@@ -9,9 +9,9 @@ import stat
 import pytest
 from rich.console import Console
 
+from orchestrator.cluster import environment
 from orchestrator.report import (
     build_report,
-    environment,
     load_report,
     results_table,
     summarize,
@@ -54,7 +54,16 @@ def result(
 
 def test_counts_cover_every_status():
     s = summarize([result("a", 2.0), result("b", None, "compile_error")])
-    assert s.counts == {"ok": 1, "compile_error": 1, "runtime_error": 0, "incorrect": 0}
+    assert s.counts == {
+        "ok": 1,
+        "compile_error": 1,
+        "runtime_error": 0,
+        "incorrect": 0,
+        "timeout": 0,
+        "crashed": 0,
+        "oom": 0,
+        "unschedulable": 0,
+    }
 
 
 def test_geomean_keeps_slowdowns_unclipped():

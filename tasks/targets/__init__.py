@@ -2,7 +2,8 @@
 
 A target is a factory ``factory(device: torch.device, **params)`` returning
 ``(callable_or_module, example_inputs)`` or ``(callable_or_module, example_inputs,
-check_inputs)``, where ``check_inputs`` is a list of further input tuples on which the
+check_inputs)`` (or a ``Workload``, to give a training ``loss_fn`` too), where
+``check_inputs`` is a list of further input tuples on which the
 compiled result is checked against eager but never timed (to cover every branch of a
 data-dependent target). Built-in targets are registered under a name (``seed.foo``);
 user targets are named by import path (``package.module:factory``) and follow the
@@ -48,6 +49,7 @@ class Workload:
     inputs: tuple[Any, ...]
     check_inputs: list[tuple[Any, ...]] = field(default_factory=list)
     cycle: list[tuple[Any, ...]] | None = None  # inputs of successive calls, when they vary
+    loss_fn: Callable[[Any], Any] | None = None  # training: output -> scalar loss (default: sum of floating outputs)
 
     def caller(self, fn: Callable[..., Any]) -> Callable[[], Any]:
         """A no-argument call of ``fn`` on this workload's inputs (the next ones, when they cycle)."""
@@ -126,6 +128,8 @@ def check_params(target: str, params: dict[str, Any]) -> None:
 def build(target: str, device: torch.device, params: dict[str, Any]) -> Workload:
     """Call the target's factory and normalise what it returns into a ``Workload``."""
     made = resolve(target)(device, **params)
+    if isinstance(made, Workload):  # a factory may build the workload itself (e.g. to give a loss_fn)
+        return made
     if not isinstance(made, tuple) or len(made) not in (2, 3):
         raise TargetError(
             f"target '{target}' returned {type(made).__name__}; expected (fn, inputs) or (fn, inputs, check_inputs)"

@@ -28,6 +28,15 @@ class DynamoWatch(logging.Handler):
         super().__init__(logging.DEBUG)
         self.reasons: list[str] = []
         self.limit_messages: list[str] = []
+        self.window_before: Snapshot | None = None  # counters when the timed window opened
+        self.window_after: Snapshot | None = None  # and when it closed
+        self.window_reasons = 0  # guard failures logged before the window opened
+
+    def open_window(self) -> None:
+        self.window_before, self.window_reasons = self.snapshot(), len(self.reasons)
+
+    def close_window(self) -> None:
+        self.window_after = self.snapshot()
 
     def __enter__(self) -> DynamoWatch:
         torch._logging.set_logs(recompiles=True)

@@ -157,29 +157,31 @@ def _run(
         # 5. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
         try:
             min_warmups = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
-            calls, plans = prepare_sides(timer, work, [eager_fn, compiled_fn], exp.timing, min_warmups)
-            measurement.gpu_before = gpu_state(device)
-            before_window, reasons_before = watch.snapshot(), len(watch.reasons)
-            eager_samples, compiled_samples = timer.interleaved(calls, plans, min(p.repeats for p in plans))
-            after_window = watch.snapshot()
-            measurement.gpu_after = gpu_state(device)
-            peaks = [peak_memory(call, device) for call in calls]
+            eager, compiled = time_sides(
+                timer,
+                work,
+                [eager_fn, compiled_fn],
+                [eager_first_ms, compiled_first_ms],
+                exp.timing,
+                min_warmups,
+                device,
+                measurement,
+                watch,
+            )
         except Exception as e:
             return got.finish(exp, "runtime_error", e)
-        got.fields.update(recompile_verdict(watch, start, before_window, after_window, reasons_before))
+        got.fields.update(recompile_verdict(watch, start))
 
-    eager = SideTiming.from_samples(
-        eager_first_ms, eager_samples, plans[0].warmup, plans[0].block_size, peak_memory_bytes=peaks[0]
-    )
-    compiled = SideTiming.from_samples(
-        compiled_first_ms, compiled_samples, plans[1].warmup, plans[1].block_size, peak_memory_bytes=peaks[1]
-    )
     got.fields.update(
         eager=eager,
         compiled=compiled,
         speedup=eager.median_ms / compiled.median_ms if compiled.median_ms > 0 else None,
-        speedup_ci=speedup_ci(eager_samples, compiled_samples) if compiled.median_ms > 0 else None,
-        memory_ratio=peaks[0] / peaks[1] if peaks[0] and peaks[1] else None,
+        speedup_ci=speedup_ci(eager.samples_ms, compiled.samples_ms) if compiled.median_ms > 0 else None,
+        memory_ratio=(
+            eager.peak_memory_bytes / compiled.peak_memory_bytes
+            if eager.peak_memory_bytes and compiled.peak_memory_bytes
+            else None
+        ),
     )
     return got.finish(exp, "ok" if mismatch is None else "incorrect", mismatch)
 
@@ -202,6 +204,32 @@ def prepare_sides(
     for call, p in zip(calls, plans, strict=True):
         timer.warm(call, p.warmup)
     return calls, plans
+
+
+def time_sides(
+    timer: Timer,
+    work: Workload,
+    fns: Sequence[Callable[..., Any]],
+    first_ms: Sequence[float],
+    timing: TimingConfig,
+    min_warmups: Sequence[int],
+    device: torch.device,
+    measurement: Measurement,
+    watch: DynamoWatch,
+) -> list[SideTiming]:
+    """Every side timed in one interleaved window, after its warmup; the GPU's state around the
+    window and Dynamo's counters at its edges (``watch.window_*``); then each side's peak memory."""
+    calls, plans = prepare_sides(timer, work, fns, timing, min_warmups)
+    measurement.gpu_before = gpu_state(device)
+    watch.open_window()
+    samples = timer.interleaved(calls, plans, min(p.repeats for p in plans))
+    watch.close_window()
+    measurement.gpu_after = gpu_state(device)
+    peaks = [peak_memory(call, device) for call in calls]
+    return [
+        SideTiming.from_samples(first, side, p.warmup, p.block_size, peak_memory_bytes=peak)
+        for first, side, p, peak in zip(first_ms, samples, plans, peaks, strict=True)
+    ]
 
 
 def time_eager_alone(timer: Timer, work: Workload, exp: Experiment, first_ms: float) -> SideTiming | None:
@@ -280,14 +308,13 @@ def peak_memory(call: Callable[[], Any], device: torch.device) -> int | None:
     return torch.cuda.max_memory_allocated(device)
 
 
-def recompile_verdict(
-    watch: DynamoWatch, start: Snapshot, before: Snapshot, after: Snapshot, reasons_before: int
-) -> dict[str, Any]:
+def recompile_verdict(watch: DynamoWatch, start: Snapshot) -> dict[str, Any]:
     """``recompiled`` when Dynamo compiled inside the timed window, or hit its recompile limit
     at any point since compilation began (after which it silently runs the frame eagerly)."""
     reasons = []
+    before, after = watch.window_before or start, watch.window_after or watch.snapshot()
     if after.frames > before.frames:
-        window_reasons = watch.reasons[reasons_before:]
+        window_reasons = watch.reasons[watch.window_reasons :]
         count = after.frames - before.frames
         reasons.append(f"{count} compilation(s) inside the timed window")
         reasons += [f"guard failure: {r}" for r in window_reasons[:MAX_REASONS]]

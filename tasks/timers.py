@@ -24,6 +24,7 @@ from tasks.models import TimingConfig
 
 Clock = Callable[[], float]
 Call = Callable[[], Any]
+Setup = Callable[[int], None]  # called with a block's size before the block, outside the timed region
 
 # A CPU call shorter than this is timed in blocks: perf_counter's own cost (~50 ns) and the
 # loop around it stay below 0.1% of a block (torch.utils.benchmark's blocked_autorange idea).
@@ -83,7 +84,9 @@ class Timer(Protocol):
 
     def warm(self, fn: Call, calls: int) -> None: ...
 
-    def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]: ...
+    def interleaved(
+        self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
+    ) -> list[list[float]]: ...
 
 
 class CpuTimer:
@@ -111,7 +114,9 @@ class CpuTimer:
         for _ in range(calls):
             fn()
 
-    def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]:
+    def interleaved(
+        self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
+    ) -> list[list[float]]:
         """``rounds`` rounds of one timed block per side, in turn (warmup is ``warm``'s job).
 
         Method: ``perf_counter`` before and after a block of ``block_size`` calls; the sample
@@ -121,9 +126,12 @@ class CpuTimer:
         garbage collector is paused throughout (``gc_paused``).
         """
         samples: list[list[float]] = [[] for _ in fns]
+        setups = setups or [None] * len(fns)
         with gc_paused():
             for _ in range(rounds):
-                for fn, p, out in zip(fns, plans, samples, strict=True):
+                for fn, p, out, setup in zip(fns, plans, samples, setups, strict=True):
+                    if setup is not None:
+                        setup(p.block_size)
                     start = self.clock()
                     for _ in range(p.block_size):
                         fn()
@@ -170,7 +178,9 @@ class CudaTimer:
             fn()
         torch.cuda.synchronize(self.device)
 
-    def interleaved(self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int) -> list[list[float]]:
+    def interleaved(
+        self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
+    ) -> list[list[float]]:
         """``rounds`` rounds of one timed call per side, in turn (warmup is ``warm``'s job).
 
         Method: a CUDA event pair recorded on the current stream around each timed call; with
@@ -184,9 +194,12 @@ class CudaTimer:
             [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
             for _ in fns
         ]
+        setups = setups or [None] * len(fns)
         with gc_paused():
             for i in range(rounds):
-                for fn, side in zip(fns, events, strict=True):
+                for fn, side, setup in zip(fns, events, setups, strict=True):
+                    if setup is not None:
+                        setup(1)
                     self._flush()
                     start, end = side[i]
                     start.record()

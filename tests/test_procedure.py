@@ -168,7 +168,7 @@ class FakeTimer:
     def warm(self, fn, calls):
         self.log.append(("warm", calls))
 
-    def interleaved(self, fns, plans, rounds):
+    def interleaved(self, fns, plans, rounds, setups=None):
         self.log.append(("interleaved", len(fns), rounds, [p.block_size for p in plans]))
         return [[4.0, 5.0, 3.0], [2.0, 1.0, 3.0]]
 

@@ -79,7 +79,9 @@ def test_conv_flops_and_memory_bound_blocks_count_zero():
     assert work_of("blocks.conv_bn_relu", params).flops == 2 * b * cout * size * size * cin * k * k
     # FlopCounterMode counts matmul/conv/attention only: normalisation, GELU and softmax are 0.
     assert work_of("blocks.layernorm_gelu", {"batch": 2, "seq": 4, "dim": 8}).flops == 0
-    assert work_of("blocks.softmax", {"batch": 1, "heads": 2, "seq": 8}, "training").flops == 0
+    softmax = build("blocks.softmax", CPU, {"batch": 1, "heads": 2, "seq": 8})
+    scores = softmax.inputs[0].requires_grad_()  # trained by its input, as the procedure does
+    assert count_work(softmax.fn, (scores,), phase="training") == WorkInfo(flops=0, bytes=3 * 4 * 2 * 8 * 8)
 
 
 def test_bytes_are_inputs_parameters_outputs_and_gradients():

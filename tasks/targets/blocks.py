@@ -41,13 +41,15 @@ def make_layernorm_gelu(device: torch.device, batch: int = 8, seq: int = 128, di
 
 @register("blocks.softmax")
 def make_softmax(device: torch.device, batch: int = 4, heads: int = 8, seq: int = 256):
-    """Softmax over the last dim of attention-score-shaped (batch, heads, seq, seq) input; it requires grad."""
+    """Softmax over the last dim of attention-score-shaped (batch, heads, seq, seq) input; no parameters.
+
+    With no parameters, a training step differentiates with respect to the input (the procedure
+    makes floating inputs of a parameter-free target require grad).
+    """
     import torch
     from torch import nn
 
-    # No parameters: the input is an activation that requires grad, so a training step has a backward.
-    scores = torch.randn(batch, heads, seq, seq, device=device, requires_grad=True)
-    return nn.Softmax(dim=-1).to(device), (scores,)
+    return nn.Softmax(dim=-1).to(device), (torch.randn(batch, heads, seq, seq, device=device),)
 
 
 @register("blocks.attention")

@@ -1,59 +1,31 @@
-"""The report: summary statistics derived from results, atomic writes, the table."""
+"""The summary on crafted results; reading and writing reports of every version, and journals."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import stat
+from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from orchestrator.cluster import environment
 from orchestrator.report import (
-    build_report,
+    SCHEMA_VERSION,
+    ReportError,
     load_report,
-    results_table,
+    read,
     summarize,
     write_atomic,
     write_report,
 )
-from tasks.models import Result, SideTiming, WorkerInfo
+from tests.report_data import make_report, make_result, mixed_report
 
-
-def result(
-    target: str,
-    speedup: float | None,
-    status: str = "ok",
-    backend: str = "inductor",
-    gpu: str | None = None,
-    recompiled: bool = False,
-):
-    noise = [0.98, 1.0, 1.02, 0.99, 1.01]
-    eager = SideTiming.from_samples(1.0, [n * (speedup or 1.0) for n in noise], warmup=1)
-    compiled = SideTiming.from_samples(1.0, noise, warmup=1)
-    return Result(
-        experiment_id=f"{target}-{backend}-{gpu}",
-        target=target,
-        params={},
-        device="cuda" if gpu else "cpu",
-        compile={"backend": backend},
-        timing={},
-        seed=0,
-        status=status,
-        eager=eager,
-        compiled=compiled if speedup else None,
-        speedup=speedup,
-        recompiled=recompiled,
-        recompile_reasons=["1 compilation(s) inside the timed window"] if recompiled else [],
-        started_at=0.0,
-        finished_at=1.0,
-        worker=WorkerInfo(hostname="h", pid=1, threads=1, gpu_name=gpu, cpu_model="Xeon"),
-    )
+DATA = Path(__file__).parent / "data"
 
 
 def test_counts_cover_every_status():
-    s = summarize([result("a", 2.0), result("b", None, "compile_error")])
+    s = summarize([make_result("a", 2.0), make_result("b", None, status="compile_error")])
     assert s.counts == {
         "ok": 1,
         "compile_error": 1,
@@ -67,53 +39,166 @@ def test_counts_cover_every_status():
 
 
 def test_geomean_keeps_slowdowns_unclipped():
+    s = summarize([make_result(t, x) for t, x in (("a", 4.0), ("b", 0.25))])
+    (cpu,) = s.devices
+    (inductor,) = cpu.configs
+    assert inductor.common is not None
+    assert inductor.common.speedup == pytest.approx(1.0, rel=0.02)  # clipping at 1.0 would say 2.0
+    assert inductor.common.targets == ["a", "b"]
+
+
+def test_means_are_over_the_same_groups_for_every_configuration():
+    results = [
+        make_result("a", 2.0),
+        make_result("b", 2.0),
+        make_result("c", 8.0),
+        make_result("a", 4.0, backend="aot_eager"),
+        make_result("b", 4.0, backend="aot_eager"),
+        make_result("c", None, backend="aot_eager", status="compile_error"),
+    ]
+    (cpu,) = summarize(results).devices
+    configs = {c.config: c for c in cpu.configs}
+    assert cpu.common == ["a", "b"]
+    assert [(x.group, x.reason) for x in cpu.left_out] == [("c", "aot_eager: compile_error")]
+    assert configs["inductor"].common.speedup == pytest.approx(2.0, rel=0.02)  # c (8x) left out
+    assert configs["aot_eager"].common.speedup == pytest.approx(4.0, rel=0.02)
+    assert configs["inductor"].own.speedup == pytest.approx(4.0 ** (2 / 3) * 2 ** (1 / 3), rel=0.02)
+    assert configs["inductor"].own.n == 3
+    assert (configs["aot_eager"].ok, configs["aot_eager"].results) == (2, 3)
+    assert configs["aot_eager"].pass_rate == pytest.approx(2 / 3)
+    assert configs["aot_eager"].counts == {"compile_error": 1}
+    assert configs["inductor"].pass_rate == 1.0
+
+
+def test_no_common_group_says_so_and_keeps_each_configurations_own_mean():
+    (cpu,) = summarize([make_result("a", 2.0), make_result("b", 3.0, backend="aot_eager")]).devices
+    assert cpu.common == []
+    assert all(c.common is None and c.own is not None for c in cpu.configs)
+    assert {x.reason for x in cpu.left_out} == {
+        "not run under 1 of 2 configurations (aot_eager)",
+        "not run under 1 of 2 configurations (inductor)",
+    }
+
+
+def test_compile_latency_and_memory_ratio_means_sit_next_to_the_speedup():
+    results = [
+        make_result("a", 2.0, compile_s=1.0, memory_ratio=1.5, gpu="A100"),
+        make_result("b", 2.0, compile_s=4.0, memory_ratio=0.6, gpu="A100"),
+    ]
+    (a100,) = summarize(results).devices
+    mean = a100.configs[0].common
+    assert mean.compile_latency_s == pytest.approx(2.0)
+    assert mean.memory_ratio == pytest.approx(math.sqrt(1.5 * 0.6))
+    (cpu,) = summarize([make_result("a", 2.0, compile_s=None)]).devices
+    assert cpu.configs[0].common.compile_latency_s is None and cpu.configs[0].common.memory_ratio is None
+
+
+def test_geomean_interval_is_seeded_and_covers_the_point():
+    results = [make_result(t, x, noise=0.05) for t, x in (("a", 4.0), ("b", 0.25), ("c", 1.5))]
+    first, second = summarize(results), summarize(results)
+    mean = first.devices[0].configs[0].common
+    assert mean.ci == second.devices[0].configs[0].common.ci
+    assert mean.ci[0] < mean.speedup < mean.ci[1]
+    quiet = summarize([make_result(t, x, noise=0.001) for t, x in (("a", 4.0), ("b", 0.25), ("c", 1.5))])
+    quiet_ci = quiet.devices[0].configs[0].common.ci
+    assert quiet_ci[1] - quiet_ci[0] < mean.ci[1] - mean.ci[0]
+
+
+def test_best_per_group_separates_shapes_and_says_when_it_is_a_tie():
+    small, large = {"shape": [64]}, {"shape": [4096]}
     s = summarize(
-        [result("a", 4.0), result("b", 0.25), result("c", 0.5, backend="eager"), result("d", 0.5, backend="eager")]
+        [
+            make_result("foo3", 1.0, params=small),
+            make_result("foo3", 1.5, params=small, backend="aot_eager"),
+            make_result("foo3", 3.0, params=large),
+            make_result("foo3", 3.02, params=large, backend="aot_eager", noise=0.05),
+        ]
     )
-    assert s.geomean_by_config["inductor"].speedup == pytest.approx(1.0)
-    assert s.geomean_by_config["eager"].speedup == pytest.approx(0.5)  # clipping at 1.0 would say 1.0
-    assert s.geomean_by_config["inductor"].targets == ["a", "b"]
+    groups = {g.label: g for g in s.groups}
+    assert set(groups) == {"foo3 shape=[64]", "foo3 shape=[4096]"}
+    clear, tie = groups["foo3 shape=[64]"], groups["foo3 shape=[4096]"]
+    assert (clear.best.config, clear.runner_up.config, clear.tie) == ("aot_eager", "inductor", False)
+    assert tie.tie and {tie.best.config, tie.runner_up.config} == {"aot_eager", "inductor"}
 
 
-def test_geomean_has_a_confidence_interval_from_the_raw_samples():
-    s = summarize([result("a", 4.0), result("b", 0.25)])
-    low, high = s.geomean_by_config["inductor"].ci
-    assert low < 1.0 < high and high - low < 0.2
+def test_two_device_models_are_grouped_and_averaged_apart():
+    s = summarize(
+        [
+            make_result("a", 2.0, gpu="H100"),
+            make_result("a", 8.0, gpu="A100"),
+            make_result("b", 2.0),
+        ]
+    )
+    assert [(g.label, g.device_model, round(g.best.speedup)) for g in s.groups] == [
+        ("a", "H100", 2),
+        ("a", "A100", 8),
+        ("b", "CPU (Xeon)", 2),
+    ]
+    means = {d.device_model: d.configs[0].common.speedup for d in s.devices}
+    assert means == pytest.approx({"A100": 8.0, "H100": 2.0, "CPU (Xeon)": 2.0}, rel=0.02)
 
 
-def test_recompiled_results_are_listed_apart_and_kept_out_of_the_means():
-    s = summarize([result("a", 2.0), result("b", 50.0, recompiled=True)])
+def test_device_model_prefers_the_nodes_accelerator_type_then_the_cuda_name():
+    r = make_result("a", 2.0, gpu="H100")
+    assert summarize([r]).groups[0].device_model == "H100"
+    r.worker.gpu_model = None
+    assert summarize([r]).groups[0].device_model == "NVIDIA H100"
+
+
+def test_a_result_without_a_worker_belongs_to_the_only_device_model():
+    lost = make_result("b", None, status="unschedulable", gpu=None)
+    lost.worker = None
+    lost.device = None
+    s = summarize([make_result("a", 2.0, gpu="A100"), lost])
+    assert {g.device_model for g in s.groups} == {"A100"}
+    (a100,) = s.devices
+    assert a100.configs[0].pass_rate == 0.5
+
+
+def test_recompiled_results_are_listed_apart_and_kept_out_of_bests_and_means():
+    s = summarize([make_result("a", 2.0), make_result("b", 50.0, recompiled=True)])
     assert [(r.target, r.reasons) for r in s.recompiled] == [("b", ["1 compilation(s) inside the timed window"])]
-    assert s.geomean_by_config["inductor"].speedup == pytest.approx(2.0)
-    assert "b" not in s.best_by_target
+    (cpu,) = s.devices
+    assert cpu.configs[0].common.speedup == pytest.approx(2.0, rel=0.02)
+    assert cpu.configs[0].pass_rate == 1.0  # it ran and was correct; only its timing is not trusted
+    assert [x.reason for x in cpu.left_out] == ["inductor: recompiled"]
+    assert {g.label: g.best for g in s.groups}["b"] is None
 
 
-def test_failed_and_incorrect_results_do_not_enter_the_means():
-    s = summarize([result("a", 2.0), result("a", 100.0, status="incorrect", backend="eager")])
-    assert list(s.geomean_by_config) == ["inductor"]
-    assert s.best_by_target["a"].speedup == 2.0
+def test_failed_and_incorrect_results_do_not_enter_bests_or_means():
+    s = summarize([make_result("a", 2.0), make_result("a", 100.0, status="incorrect", backend="eager")])
+    (group,) = s.groups
+    assert group.best.config == "inductor" and group.runner_up is None
+    assert group.failed == {"eager": "incorrect"}
 
 
-def test_best_configuration_per_target():
-    s = summarize([result("a", 1.5), result("a", 3.0, backend="aot_eager"), result("b", 0.9)])
-    assert s.best_by_target["a"].config == "aot_eager" and s.best_by_target["a"].speedup == 3.0
-    assert s.best_by_target["b"].speedup == 0.9
+def test_mixed_report_summary():
+    s = mixed_report().summary
+    assert s.counts["ok"] == 15 and s.counts["compile_error"] == 4 and s.counts["oom"] == 1
+    a100, h100 = s.devices
+    assert (a100.device_model, h100.device_model) == ("A100", "H100")
+    assert a100.common == ["seed.foo3 shape=[256, 256]", "seed.foo3 shape=[4096, 4096]"]
+    assert {x.group for x in a100.left_out} == {"seed.bar", "seed.outer"}
+    cold = {c.config: c for c in h100.configs}["inductor+cold"]
+    assert cold.common.speedup == pytest.approx(2.4 * 1.6, rel=0.03)
+    assert (cold.ok, cold.results) == (2, 3)
 
 
-def test_geomean_per_device_model():
-    s = summarize([result("a", 2.0, gpu="NVIDIA H100"), result("a", 8.0, gpu="NVIDIA A100"), result("b", 2.0)])
-    assert s.geomean_by_device_model["NVIDIA H100"]["inductor"].speedup == pytest.approx(2.0)
-    assert s.geomean_by_device_model["NVIDIA A100"]["inductor"].speedup == pytest.approx(8.0)
-    assert s.geomean_by_device_model["CPU (Xeon)"]["inductor"].speedup == pytest.approx(2.0)
-    assert s.geomean_by_config["inductor"].speedup == pytest.approx(math.exp((math.log(2) * 2 + math.log(8)) / 3))
+def test_summarising_ten_thousand_results_finishes(benchmark_results=10_000):
+    """The summary is linear in the results (timed by benchmarks/summary_scale.py, not here)."""
+    base = [make_result(f"t{i}", 1.0 + i / 10, backend=b) for i in range(20) for b in ("inductor", "aot_eager")]
+    many = [base[i % len(base)].model_copy(update={"params": {"i": i // 2}}) for i in range(benchmark_results)]
+    s = summarize(many)
+    assert len(s.groups) == benchmark_results // 2
+    assert sum(c.results for c in s.devices[0].configs) == benchmark_results
 
 
 def test_report_round_trips_and_is_written_atomically(tmp_path):
-    report = build_report("x", {"name": "x"}, [result("a", 2.0)], environment(None))
+    report = make_report([make_result("a", 2.0)])
     path = tmp_path / "out" / "r.json"
     write_report(report, path)
     assert load_report(path) == report
-    assert report.schema_version == 1
+    assert report.schema_version == SCHEMA_VERSION == 2
     assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left behind
     umask = os.umask(0)
     os.umask(umask)
@@ -134,8 +219,59 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
-def test_table_shows_one_row_per_result():
-    console = Console(width=200, record=True)
-    console.print(results_table([result("seed.foo3", 2.5), result("seed.bar", None, "compile_error")]))
-    text = console.export_text()
-    assert "seed.foo3" in text and "2.50x" in text and "compile_error" in text
+def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
+    """``data/seed-v1.json``: three results of a seed run written by schema version 1."""
+    report = load_report(DATA / "seed-v1.json")
+    assert report.schema_version == 2 and report.complete
+    assert report.summary.counts["ok"] == 2 and report.summary.counts["compile_error"] == 1
+    assert [g.label for g in report.summary.groups] == ["seed.foo3 shape=[4096, 4096]", "seed.bar"]
+    assert report.summary.devices[0].device_model == "CPU (AMD EPYC)"
+
+
+def test_unreadable_reports_raise_one_line(tmp_path):
+    cases = {
+        "missing.json": None,
+        "bad.json": "{not json",
+        "list.json": "[1, 2]",
+        "future.json": json.dumps({"schema_version": 99, "results": []}),
+        "wrong.json": json.dumps({"schema_version": 2, "results": [{"target": 1}]}),
+    }
+    messages = {}
+    for name, text in cases.items():
+        if text is not None:
+            (tmp_path / name).write_text(text)
+        with pytest.raises(ReportError) as e:
+            read(tmp_path / name)
+        messages[name] = str(e.value)
+        assert "\n" not in messages[name]
+    assert messages["missing.json"].startswith("cannot read ") and "No such file" in messages["missing.json"]
+    assert "malformed JSON at line 1, column 2" in messages["bad.json"]
+    assert "not a compilebench report" in messages["list.json"]
+    assert "unknown report schema_version 99 (written by a newer compilebench)" in messages["future.json"]
+    assert "results.0" in messages["wrong.json"]
+
+
+def test_a_journal_of_a_run_that_died_becomes_an_incomplete_report(tmp_path):
+    first = make_result("a", 2.0)
+    again = make_result("a", 2.5)  # the same experiment twice: the journal keeps the first
+    other = make_result("b", None, status="crashed")
+    journal = tmp_path / "seed.journal.jsonl"
+    lines = [first.model_dump_json(), other.model_dump_json(), again.model_dump_json()]
+    journal.write_text("\n".join(lines) + '\n{"experiment_id": "half-writ')  # killed mid-line
+    report = read(journal)
+    assert report.complete is False
+    assert report.name == "seed"
+    assert [r.target for r in report.results] == ["a", "b"]
+    assert report.results[0].speedup == pytest.approx(first.speedup)
+    assert report.summary.counts["crashed"] == 1
+    assert report.environment.torch == "2.13.0"
+    warnings = report.environment.warnings
+    assert warnings[0] == "rebuilt from the journal seed.journal.jsonl: the run may not have finished"
+    assert any("skipped line 4" in w for w in warnings) and any("repeated result" in w for w in warnings)
+
+
+def test_a_file_that_is_no_journal_is_an_error(tmp_path):
+    journal = tmp_path / "x.journal.jsonl"
+    journal.write_text("hello\nworld\n")
+    with pytest.raises(ReportError, match="no results in this journal"):
+        read(journal)

@@ -1,6 +1,12 @@
-"""The report side: data models (no Ray), summary statistics, rendering, reading and writing.
+"""The report side: data models (no Ray), summary statistics, rendering, comparison, reading and writing.
 
-Importable without Ray or a GPU: ``compilebench report`` and ``compare`` read reports anywhere.
+Importable without Ray, torch or a GPU: ``compilebench report`` and ``compare`` read reports anywhere.
+
+- ``models``: the versioned report envelope and its summary;
+- ``summary``: statistics derived from the results;
+- ``render``: terminal tables, Markdown, CSV; ``html``: one self-contained page with charts;
+- ``compare``: two reports, experiment by experiment, as a regression gate;
+- ``io``: atomic writes, reading any schema version or a run's journal.
 """
 
 from __future__ import annotations
@@ -9,33 +15,47 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from orchestrator.report.io import load_report, write_atomic, write_report
+from orchestrator.report.io import ReportError, load_journal, load_report, read, write_atomic, write_report
 from orchestrator.report.models import (
     SCHEMA_VERSION,
-    Best,
+    ConfigSummary,
+    DeviceSummary,
     Environment,
     GeoMean,
+    Group,
+    LeftOut,
     Node,
+    Ranked,
     Recompiled,
     Report,
     Summary,
 )
-from orchestrator.report.render import results_table, summary_table
+from orchestrator.report.render import csv_text, markdown, print_report, results_table, summary_table
 from orchestrator.report.summary import device_model, summarize
 from tasks.models import Result
 
 __all__ = [
     "SCHEMA_VERSION",
-    "Best",
+    "ConfigSummary",
+    "DeviceSummary",
     "Environment",
     "GeoMean",
+    "Group",
+    "LeftOut",
     "Node",
+    "Ranked",
     "Recompiled",
     "Report",
+    "ReportError",
     "Summary",
     "build_report",
+    "csv_text",
     "device_model",
+    "load_journal",
     "load_report",
+    "markdown",
+    "print_report",
+    "read",
     "results_table",
     "summarize",
     "summary_table",

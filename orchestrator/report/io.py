@@ -1,12 +1,24 @@
-"""Writing reports atomically and reading them back."""
+"""Writing reports atomically and reading them back: any schema version, or the journal of a run that died."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from orchestrator.report.models import Report
+from pydantic import ValidationError
+
+from orchestrator.journal import JOURNAL_SUFFIX, read_journal
+from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
+from orchestrator.report.summary import summarize
+from tasks.models import Result
+
+
+class ReportError(ValueError):
+    """A file that cannot be read as a report; the message is one line meant for the user."""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -31,5 +43,106 @@ def write_report(report: Report, path: Path) -> None:
     write_atomic(path, report.model_dump_json(indent=2) + "\n")
 
 
-def load_report(path: Path) -> Report:
-    return Report.model_validate_json(path.read_text())
+def read(path: str | Path) -> Report:
+    """A report file (any schema version) or a run's journal (``*.journal.jsonl``). Raises ``ReportError``."""
+    path = Path(path)
+    return load_journal(path) if path.name.endswith(JOURNAL_SUFFIX) else load_report(path)
+
+
+def load_report(path: str | Path) -> Report:
+    """Read a report, upgrading older schema versions to the current one. Raises ``ReportError``."""
+    path = Path(path)
+    data = _json(path)
+    if not isinstance(data, dict) or "results" not in data:
+        raise ReportError(f"{path}: not a compilebench report (no 'results')")
+    return upgrade(data, where=str(path))
+
+
+def upgrade(data: dict[str, Any], where: str = "report") -> Report:
+    """A report of any known schema version as the current one.
+
+    Version 1 differs only in its summary (one best per target, means mixing devices and
+    targets); the summary is derived, so it is rebuilt from the results.
+    """
+    version = data.get("schema_version")
+    if version not in (1, SCHEMA_VERSION):
+        newer = isinstance(version, int) and version > SCHEMA_VERSION
+        hint = " (written by a newer compilebench)" if newer else ""
+        raise ReportError(f"{where}: unknown report schema_version {version!r}{hint}")
+    if version == 1:
+        data = {**data, "schema_version": SCHEMA_VERSION, "summary": None}
+    if not isinstance(data["results"], list):
+        raise ReportError(f"{where}: results: not a list")
+    results = []
+    for i, r in enumerate(data["results"]):
+        try:
+            results.append(Result.model_validate(r))
+        except ValidationError as e:
+            raise ReportError(f"{where}: {_first_error(e, ('results', i))}") from None
+    try:
+        if data.get("summary") is None:
+            data = {**data, "summary": summarize(results).model_dump()}
+        return Report.model_validate({**data, "results": results})
+    except ValidationError as e:
+        raise ReportError(f"{where}: {_first_error(e, ())}") from None
+
+
+def _first_error(e: ValidationError, prefix: tuple[object, ...]) -> str:
+    err = e.errors()[0]
+    return f"{'.'.join(str(p) for p in (*prefix, *err['loc']))}: {err['msg']}"
+
+
+def load_journal(path: str | Path) -> Report:
+    """The report of a run from its journal, e.g. one that died: results as they arrived, summary rebuilt.
+
+    The journal is read as a resumed run reads it (``orchestrator.journal.read_journal``: the first
+    result of each experiment, lines cut short skipped with a warning). The report is marked
+    incomplete: a journal alone cannot tell whether every experiment of the spec finished.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ReportError(f"cannot read {path}: No such file")
+    try:
+        contents = read_journal(path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    results = list(contents.results.values())
+    if not results and contents.warnings:
+        raise ReportError(f"{path}: no results in this journal")
+    warnings = [f"rebuilt from the journal {path.name}: the run may not have finished", *contents.warnings]
+    finished = max((r.finished_at for r in results), default=0.0)
+    return Report(
+        created_at=datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
+        name=path.name.removesuffix(JOURNAL_SUFFIX),
+        spec={},
+        environment=_environment_from(results, warnings),
+        results=results,
+        summary=summarize(results),
+        complete=False,
+    )
+
+
+def _environment_from(results: list[Result], warnings: list[str]) -> Environment:
+    """What the results' workers recorded of their versions; the driver's own are unknown."""
+    versions: dict[str, str] = {}
+    for r in results:
+        if r.worker:
+            versions = {**r.worker.versions, **versions}
+    return Environment(
+        python=versions.get("python", "unknown"),
+        torch=versions.get("torch", "unknown"),
+        ray=versions.get("ray", "unknown"),
+        platform=versions.get("platform", "unknown"),
+        warnings=warnings,
+    )
+
+
+def _json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: malformed JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None

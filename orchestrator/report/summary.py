@@ -1,31 +1,75 @@
-"""The summary: statistics over a report's results, derived, never measured."""
+"""The summary: statistics over a report's results, derived, never measured.
+
+Configurations are ranked only against configurations that measured the same thing (a group:
+target, params, device model, phase, precision), and averaged only over the same set of groups.
+"""
 
 from __future__ import annotations
 
+import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import get_args
 
-from orchestrator.report.models import Best, GeoMean, Recompiled, Summary
-from tasks.models import Result, Status
-from tasks.stats import geomean, geomean_ci
+from orchestrator.report.models import (
+    ConfigSummary,
+    DeviceSummary,
+    GeoMean,
+    Group,
+    LeftOut,
+    Ranked,
+    Recompiled,
+    Summary,
+    group_label,
+)
+from tasks.models import Result, SideTiming, Status
+
+Z95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # se(median) = sqrt(pi/2) * sigma / sqrt(n) for normal samples
+IQR_PER_SIGMA = 1.349  # the interquartile range of a normal distribution, in standard deviations
+UNKNOWN_DEVICE = "unknown device"
+_STATUSES = frozenset(get_args(Status))
 
 
-def device_model(result: Result) -> str:
-    """The hardware a result was measured on: the GPU's name, or the CPU's."""
+def device_model(result: Result) -> str | None:
+    """The hardware a result was measured on, or None when the result does not say.
+
+    A GPU's model (the node's ``accelerator_type``, else the CUDA device name), then the GPU
+    the experiment asked for, then ``CPU (model)``.
+    """
     worker = result.worker
+    if worker and worker.gpu_model and result.device != "cpu":
+        return worker.gpu_model
     if result.device == "cuda" and worker and worker.gpu_name:
         return worker.gpu_name
-    return f"CPU ({worker.cpu_model})" if worker and worker.cpu_model else "CPU"
+    if result.gpu_model:
+        return result.gpu_model
+    if worker and worker.cpu_model:
+        return f"CPU ({worker.cpu_model})"
+    return "CPU" if result.device == "cpu" or worker else None
+
+
+def valid_timing(result: Result) -> bool:
+    """ok, with a speedup, and no compilation inside the timed window: fit to rank and average."""
+    return result.status == "ok" and bool(result.speedup) and not result.recompiled
 
 
 def summarize(results: Sequence[Result]) -> Summary:
-    """Counts by status; per target the best configuration; geometric-mean speedups.
+    """Counts by status; per group the best configuration; per device model the geometric means.
 
-    Geometric means are taken over every ``ok`` result of a configuration, slowdowns
-    included as they are (a 0.5x result pulls the mean down; nothing is clipped at 1).
-    Results that compiled inside their timed window, or hit the recompile limit, are
-    listed apart and kept out of the bests and the means.
+    - A group is one target with one set of params on one device model, in one phase and
+      precision. Its best configuration is the highest speedup among valid timings (``ok``,
+      not recompiled); ``tie`` says when the best's 95% interval overlaps the runner-up's.
+    - Per device model, every configuration run there is averaged over the same set of
+      groups: those where every one of them has a valid timing (``common``); the other groups
+      are listed in ``left_out`` with the reason. ``own`` is each configuration's mean over all
+      its valid groups, which is not comparable across configurations.
+    - Geometric means keep slowdowns as they are (nothing is clipped at 1). Their interval
+      combines the results' own intervals on the log scale (measurement noise of the mean).
+    - Every configuration has a pass rate: ok results over all its results.
+    - Results that recompiled inside their timed window are listed apart.
     """
     counts = Counter({status: 0 for status in get_args(Status)})
     counts.update(r.status for r in results)
@@ -34,39 +78,199 @@ def summarize(results: Sequence[Result]) -> Summary:
         for r in results
         if r.recompiled
     ]
-    timed = [r for r in results if r.status == "ok" and r.speedup and not r.recompiled]
+    keys: dict[str, str] = {}  # repr of params -> canonical JSON, computed once per distinct params
+    groups: dict[tuple[str, str, str, str, str], _GroupData] = {}
+    for r, model in zip(results, _device_models(results), strict=True):
+        text = repr(r.params)
+        params = keys.get(text) or keys.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
+        key = (model, r.target, params, r.phase, r.precision)
+        data = groups.get(key)
+        if data is None:
+            data = groups[key] = _GroupData(model, group_label(r.target, r.params, r.phase, r.precision))
+        data.add(r)
 
-    best: dict[str, Best] = {}
-    for r in timed:
-        speedup = r.speedup or 0.0
-        if r.target not in best or speedup > best[r.target].speedup:
-            best[r.target] = Best(
-                experiment_id=r.experiment_id, config=r.config_label, params=r.params, speedup=speedup
-            )
-
-    by_model: dict[str, list[Result]] = defaultdict(list)
-    for r in timed:
-        by_model[device_model(r)].append(r)
+    by_model: dict[str, list[_GroupData]] = defaultdict(list)
+    for data in groups.values():
+        by_model[data.model].append(data)
     return Summary(
         counts=dict(counts),
         recompiled=recompiled,
-        best_by_target=best,
-        geomean_by_config=_geomeans(timed),
-        geomean_by_device_model={model: _geomeans(rs) for model, rs in sorted(by_model.items())},
+        groups=[data.summary() for data in groups.values()],
+        devices=[_device(model, by_model[model]) for model in sorted(by_model)],
     )
 
 
-def _geomeans(results: Sequence[Result]) -> dict[str, GeoMean]:
-    groups: dict[str, list[Result]] = defaultdict(list)
-    for r in results:
-        groups[r.config_label].append(r)
-    out = {}
-    for config, rs in groups.items():
-        pairs = [(r.eager.samples_ms, r.compiled.samples_ms) for r in rs if r.eager and r.compiled]
-        out[config] = GeoMean(
-            speedup=geomean([r.speedup for r in rs if r.speedup]),
-            ci=geomean_ci(pairs),
-            n=len(rs),
-            targets=sorted({r.target for r in rs}),
+def _device_models(results: Sequence[Result]) -> list[str]:
+    """Each result's device model; one that does not say belongs to the only model there is, if one."""
+    models = [device_model(r) for r in results]
+    known = {m for m in models if m is not None}
+    fallback = next(iter(known)) if len(known) == 1 else UNKNOWN_DEVICE
+    return [m or fallback for m in models]
+
+
+@dataclass
+class _Timed:
+    """One configuration's valid results in a group, and their combined log speedup and its standard error."""
+
+    results: list[Result] = field(default_factory=list)
+    logs: list[tuple[float, float]] = field(default_factory=list)
+
+    @property
+    def combined(self) -> tuple[float, float]:
+        return self.logs[0] if len(self.logs) == 1 else _combine(self.logs)
+
+
+class _GroupData:
+    """The results of one group as they are collected, sorted by configuration."""
+
+    def __init__(self, model: str, label: str) -> None:
+        self.model = model
+        self.label = label
+        self.results: list[Result] = []
+        self.configs: dict[str, list[Result]] = {}  # every configuration run here, in order
+        self.timed: dict[str, _Timed] = {}  # configurations with a valid timing
+        self.why: dict[str, str] = {}  # the others: why their first result is not a valid timing
+
+    def add(self, r: Result) -> None:
+        config = r.config_label
+        self.results.append(r)
+        self.configs.setdefault(config, []).append(r)
+        if valid_timing(r):
+            timed = self.timed.setdefault(config, _Timed())
+            timed.results.append(r)
+            timed.logs.append(_log_speedup(r))
+        else:
+            self.why.setdefault(config, _why_not_timed(r))
+
+    def summary(self) -> Group:
+        ranked = sorted((self._ranked(c, t) for c, t in self.timed.items()), key=lambda e: e.speedup, reverse=True)
+        best = ranked[0] if ranked else None
+        runner_up = ranked[1] if len(ranked) > 1 else None
+        tie = bool(best and runner_up and best.ci and runner_up.ci and best.ci[0] <= runner_up.ci[1])
+        first = self.results[0]
+        return Group(
+            target=first.target,
+            params=first.params,
+            device_model=self.model,
+            phase=first.phase,
+            precision=first.precision,
+            results=len(self.results),
+            best=best,
+            runner_up=runner_up,
+            tie=tie,
+            failed={c: s for c, s in self.why.items() if c not in self.timed and s in _STATUSES},
         )
-    return out
+
+    @staticmethod
+    def _ranked(config: str, timed: _Timed) -> Ranked:
+        """A configuration's standing; repeats (other seeds, timings) are combined by geometric mean."""
+        log, se = timed.combined
+        one = len(timed.results) == 1
+        return Ranked(
+            experiment_id=timed.results[0].experiment_id,
+            config=config,
+            speedup=math.exp(log),
+            ci=_interval(timed.results[0]) if one else (math.exp(log - Z95 * se), math.exp(log + Z95 * se)),
+        )
+
+
+def _device(model: str, groups: list[_GroupData]) -> DeviceSummary:
+    configs: dict[str, list[Result]] = {}
+    for g in groups:
+        for config, rs in g.configs.items():
+            configs.setdefault(config, []).extend(rs)
+
+    common: list[str] = []
+    left_out: list[LeftOut] = []
+    for g in groups:
+        missing = [c for c in configs if c not in g.timed]
+        if not missing:
+            common.append(g.label)
+        else:
+            left_out.append(LeftOut(group=g.label, reason=_left_out_reason(missing, g.why, len(configs))))
+
+    in_common = set(common)
+    summaries = []
+    for config, rs in configs.items():
+        ok = sum(r.status == "ok" for r in rs)
+        mine = [(g.label, g.timed[config]) for g in groups if config in g.timed]
+        summaries.append(
+            ConfigSummary(
+                config=config,
+                results=len(rs),
+                ok=ok,
+                pass_rate=ok / len(rs),
+                counts=dict(Counter(r.status for r in rs if r.status != "ok")),
+                common=_geomean([(label, t) for label, t in mine if label in in_common]) if common else None,
+                own=_geomean(mine),
+            )
+        )
+    return DeviceSummary(device_model=model, configs=summaries, common=common, left_out=left_out)
+
+
+def _why_not_timed(r: Result) -> str:
+    if r.status != "ok":
+        return r.status
+    return "recompiled" if r.recompiled else "no speedup"
+
+
+def _left_out_reason(missing: list[str], why: dict[str, str], total: int) -> str:
+    failed = [f"{c}: {why[c]}" for c in missing if c in why]
+    not_run = [c for c in missing if c not in why]
+    parts = []
+    if failed:
+        parts.append(", ".join(failed))
+    if not_run:
+        names = ", ".join(not_run) if len(not_run) <= 3 else f"{', '.join(not_run[:3])}, …"
+        parts.append(f"not run under {len(not_run)} of {total} configurations ({names})")
+    return "; ".join(parts)
+
+
+def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
+    """Geometric means over groups (one value per group), with a 95% interval from the results' own."""
+    if not groups:
+        return None
+    log, se = _combine([t.combined for _, t in groups])
+    latency = [r.compile_latency_s for _, t in groups for r in t.results if r.compile_latency_s]
+    memory = [r.memory_ratio for _, t in groups for r in t.results if r.memory_ratio]
+    return GeoMean(
+        speedup=math.exp(log),
+        ci=(math.exp(log - Z95 * se), math.exp(log + Z95 * se)),
+        compile_latency_s=_plain_geomean(latency),
+        memory_ratio=_plain_geomean(memory),
+        n=len(groups),
+        targets=sorted(label for label, _ in groups),
+    )
+
+
+def _combine(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
+    """Mean of independent (log value, standard error) pairs, and its standard error."""
+    n = len(values)
+    return sum(v for v, _ in values) / n, math.sqrt(sum(se * se for _, se in values)) / n
+
+
+def _log_speedup(r: Result) -> tuple[float, float]:
+    """The log of a result's speedup and its standard error, read off its 95% interval."""
+    low, high = _interval(r) or (r.speedup, r.speedup)
+    return math.log(r.speedup or 1.0), (math.log(high or 1.0) - math.log(low or 1.0)) / (2 * Z95)
+
+
+def _interval(r: Result) -> tuple[float, float] | None:
+    """The result's own bootstrap interval; for a result without one, a normal approximation from each
+    side's median, IQR and count (se of a median: sqrt(pi/2) sigma / sqrt(n), sigma = IQR / 1.349)."""
+    if r.speedup_ci:
+        return r.speedup_ci
+    if not (r.speedup and r.eager and r.compiled):
+        return None
+    se = math.sqrt(_log_median_se(r.eager) ** 2 + _log_median_se(r.compiled) ** 2)
+    return r.speedup * math.exp(-Z95 * se), r.speedup * math.exp(Z95 * se)
+
+
+def _log_median_se(side: SideTiming) -> float:
+    if side.median_ms <= 0 or side.n < 1:
+        return 0.0
+    return MEDIAN_SE_FACTOR * (side.iqr_ms / IQR_PER_SIGMA) / math.sqrt(side.n) / side.median_ms
+
+
+def _plain_geomean(values: Sequence[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None

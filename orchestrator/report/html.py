@@ -1,0 +1,347 @@
+"""One self-contained HTML page for a report: the summary tables and charts, no network needed.
+
+plotly.js is inlined once in the page's head; each chart is a plotly figure. The raw-sample
+chart redraws, from data embedded in the page, the result chosen in its selector.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.report.models import Report, group_label
+from orchestrator.report.render import Rows, first_line, headline, results_rows, views
+from orchestrator.report.summary import device_model, valid_timing
+from tasks.models import Result
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+MAX_SAMPLE_RESULTS = 1000  # results whose raw samples the page embeds for the distribution chart
+COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974"]
+PLOT_CONFIG = {"displaylogo": False, "responsive": True}
+
+CSS = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 24px auto; max-width: 1400px;
+       padding: 0 16px; color: #1d1d1f; }
+h1 { margin: 0 0 4px; } h2 { margin: 32px 0 8px; border-bottom: 1px solid #ddd; padding-bottom: 4px; }
+.meta { color: #555; }
+.banner { padding: 10px 14px; border-radius: 6px; margin: 8px 0; font-weight: 600; }
+.incomplete { background: #fde2e1; border: 1px solid #e5534b; color: #8c1d18; }
+.warning { background: #fff4d6; border: 1px solid #e0b400; color: #6b5200; }
+table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
+th, td { padding: 4px 10px; border-bottom: 1px solid #e4e4e4; text-align: left; vertical-align: top; }
+th { background: #f4f5f7; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr:nth-child(even) td { background: #fafbfc; }
+.bad { color: #c0392b; font-weight: 600; } .tie { color: #8a6d00; }
+.notes { color: #555; font-size: 13px; margin: 0 0 8px 0; padding-left: 18px; }
+.chart { width: 100%; min-height: 420px; }
+details pre { white-space: pre-wrap; font-size: 12px; background: #f6f8fa; padding: 8px; max-height: 300px;
+              overflow: auto; }
+select { font-size: 14px; padding: 2px 4px; max-width: 100%; }
+.scroll { overflow-x: auto; }
+"""
+
+SAMPLES_JS = """
+(function () {
+  const data = JSON.parse(document.getElementById('samples-data').textContent);
+  const select = document.getElementById('samples-select');
+  function draw() {
+    const r = data[select.value];
+    const traces = r.sides.map(function (s, i) {
+      return {type: 'violin', name: s.name, y: s.samples, box: {visible: true}, meanline: {visible: true},
+              points: 'all', jitter: 0.4, line: {color: ['#4c72b0', '#dd8452'][i]}};
+    });
+    Plotly.react('chart-samples', traces, {
+      title: {text: r.title}, yaxis: {title: {text: 'ms per call'}, rangemode: 'tozero'},
+      margin: {t: 50}, showlegend: false}, {displaylogo: false, responsive: true});
+  }
+  select.addEventListener('change', draw);
+  draw();
+})();
+"""
+
+
+def render_html(report: Report) -> str:
+    """The page as one string: header and warnings, summary tables, charts, failures, every result."""
+    from plotly.offline import get_plotlyjs
+
+    body = [_header(report)]
+    body.append("<h2>Summary</h2>")
+    body += [_table(view) for view in views(report) if view.title != "failures"]
+    body.append("<h2>Speedup per target and configuration</h2>")
+    body.append(
+        '<p class="meta">Ratio of medians (eager / compiled), with its 95% bootstrap interval; the line is 1.0x '
+        "(no change). Results that failed or recompiled while timed are left out.</p>"
+    )
+    body += [_figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(report))]
+    body.append("<h2>Compile latency per configuration</h2>")
+    body.append(_figure_html(compile_figure(report), "chart-compile"))
+    body.append("<h2>Eager vs compiled time per device model</h2>")
+    body.append(_figure_html(times_figure(report), "chart-times"))
+    body.append("<h2>Raw samples of one result</h2>")
+    body.append(_samples_section(report))
+    body.append("<h2>Failures</h2>")
+    body.append(_failures(report))
+    body.append("<h2>Every result</h2>")
+    body.append(_table(results_rows(report.results, report.name)))
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{_e(report.name)}: compilebench report</title>"
+        f"<style>{CSS}</style><script>{get_plotlyjs()}</script></head>\n<body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+# ---------------------------------------------------------------------------------------- charts
+
+
+def speedup_figures(report: Report) -> list[go.Figure]:
+    """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x."""
+    import plotly.graph_objects as go
+
+    by_model: dict[str, list[Result]] = defaultdict(list)
+    for r in report.results:
+        if valid_timing(r):
+            by_model[device_model(r) or "unknown device"].append(r)
+    figures = []
+    for model, rs in sorted(by_model.items()):
+        configs = list(dict.fromkeys(r.config_label for r in rs))
+        fig = go.Figure()
+        for i, config in enumerate(configs):
+            mine = [r for r in rs if r.config_label == config]
+            speedups = [r.speedup or 0.0 for r in mine]
+            fig.add_trace(
+                go.Bar(
+                    name=config,
+                    x=[_group_of(r) for r in mine],
+                    y=speedups,
+                    marker_color=COLORS[i % len(COLORS)],
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [
+                            (r.speedup_ci[1] - s) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
+                        ],
+                        "arrayminus": [
+                            (s - r.speedup_ci[0]) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
+                        ],
+                        "thickness": 1.5,
+                        "color": "#333",
+                    },
+                    hovertemplate="%{x}<br>" + _e(config) + ": %{y:.2f}x<extra></extra>",
+                )
+            )
+        fig.add_hline(
+            y=1.0,
+            line={"color": "#c0392b", "dash": "dash", "width": 1.5},
+            annotation_text="1.0x",
+            annotation_position="top left",
+        )
+        fig.update_layout(
+            title={"text": f"speedup on {model}"},
+            barmode="group",
+            yaxis={"title": {"text": "speedup (log scale)"}, "type": "log"},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=460,
+        )
+        figures.append(fig)
+    return figures or [_empty_figure("no valid timings to chart")]
+
+
+def compile_figure(report: Report) -> go.Figure:
+    """Compile latency (first compiled call) per configuration, cold and warm caches as separate boxes."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for i, cache in enumerate(("warm", "cold")):
+        rs = [r for r in report.results if r.compile_latency_s and r.compile.cache == cache]
+        if not rs:
+            continue
+        fig.add_trace(
+            go.Box(
+                name=f"{cache} cache",
+                x=[r.config_label.removesuffix("+cold") for r in rs],
+                y=[r.compile_latency_s for r in rs],
+                text=[_group_of(r) for r in rs],
+                boxpoints="all",
+                jitter=0.3,
+                pointpos=0,
+                marker_color=COLORS[i],
+                hovertemplate="%{text}<br>%{x}: %{y:.3f} s<extra>" + cache + "</extra>",
+            )
+        )
+    if not fig.data:
+        return _empty_figure("no compile latencies in this report")
+    fig.update_layout(
+        boxmode="group",
+        showlegend=True,
+        yaxis={"title": {"text": "compile latency, s (log scale)"}, "type": "log"},
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 30, "b": 40},
+        height=420,
+    )
+    return fig
+
+
+def times_figure(report: Report) -> go.Figure:
+    """Each result's eager median against its compiled median, one colour per device model; below the
+    diagonal, compiled is faster."""
+    import plotly.graph_objects as go
+
+    by_model: dict[str, list[Result]] = defaultdict(list)
+    for r in report.results:
+        if r.eager and r.compiled and r.status in ("ok", "incorrect"):
+            by_model[device_model(r) or "unknown device"].append(r)
+    if not by_model:
+        return _empty_figure("no result has both sides timed")
+    fig = go.Figure()
+    values = []
+    for i, (model, rs) in enumerate(sorted(by_model.items())):
+        xs = [r.eager.median_ms for r in rs if r.eager]
+        ys = [r.compiled.median_ms for r in rs if r.compiled]
+        values += xs + ys
+        fig.add_trace(
+            go.Scatter(
+                name=model,
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
+                text=[f"{_group_of(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs],
+                hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
+            )
+        )
+    low, high = min(values) / 1.5, max(values) * 1.5
+    fig.add_trace(
+        go.Scatter(
+            name="same time",
+            x=[low, high],
+            y=[low, high],
+            mode="lines",
+            line={"color": "#999", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": "eager median, ms"}, "type": "log"},
+        yaxis={"title": {"text": "compiled median, ms (below the line: faster)"}, "type": "log"},
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 30},
+        height=480,
+    )
+    return fig
+
+
+def samples_data(report: Report) -> list[dict[str, Any]]:
+    """The raw samples of each timed result (at most ``MAX_SAMPLE_RESULTS``), for the selector."""
+    out = []
+    for r in report.results:
+        sides = [
+            {"name": name, "samples": s.samples_ms} for name, s in (("eager", r.eager), ("compiled", r.compiled)) if s
+        ]
+        if not sides:
+            continue
+        title = f"{_group_of(r)} [{r.config_label}]: {r.status}" + (f", {r.speedup:.2f}x" if r.speedup else "")
+        out.append({"label": f"{_group_of(r)} [{r.config_label}]", "title": title, "sides": sides})
+        if len(out) == MAX_SAMPLE_RESULTS:
+            break
+    return out
+
+
+# ------------------------------------------------------------------------------------------ html
+
+
+def _header(report: Report) -> str:
+    env = report.environment
+    lines = headline(report)
+    parts = [f"<h1>{_e(report.name)}</h1>"]
+    parts.append(
+        f'<p class="meta">created {_e(report.created_at)} · torch {_e(env.torch)} · Python {_e(env.python)} · '
+        f"Ray {_e(env.ray)} · {_e(env.platform)} · {len(env.nodes)} node(s)</p>"
+    )
+    for line in lines[:-1]:
+        kind = "incomplete" if line.startswith("INCOMPLETE") else "warning"
+        parts.append(f'<div class="banner {kind}">{_e(line)}</div>')
+    parts.append(f"<p><b>{_e(lines[-1])}</b></p>")
+    return "\n".join(parts)
+
+
+def _table(rows: Rows) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in rows.headers)
+    body = []
+    for row in rows.rows:
+        cells = []
+        for h, cell in zip(rows.headers, row, strict=True):
+            cls = "num" if h in rows.right else ""
+            if (h == "status" and cell != "ok") or cell == "REGRESSION":
+                cls = "bad"
+            elif cell == "tie within noise":
+                cls = "tie"
+            cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    notes = "".join(f"<li>{_e(n)}</li>" for n in rows.notes)
+    return (
+        f"<h3>{_e(rows.title)}</h3><div class='scroll'><table><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table></div>" + (f"<ul class='notes'>{notes}</ul>" if notes else "")
+    )
+
+
+def _samples_section(report: Report) -> str:
+    data = samples_data(report)
+    if not data:
+        return "<p>No result has raw samples.</p>"
+    options = "".join(f'<option value="{i}">{_e(d["label"])}</option>' for i, d in enumerate(data))
+    payload = json.dumps(data).replace("</", "<\\/")
+    return (
+        f'<p><label for="samples-select">result: </label><select id="samples-select">{options}</select></p>'
+        f'<div id="chart-samples" class="chart"></div>'
+        f'<script type="application/json" id="samples-data">{payload}</script>'
+        f"<script>{SAMPLES_JS}</script>"
+    )
+
+
+def _failures(report: Report) -> str:
+    failed = [r for r in report.results if r.status != "ok"]
+    if not failed:
+        return "<p>None: every experiment is ok.</p>"
+    rows = []
+    for r in failed:
+        error = r.error
+        message = error.message if error else (r.check_note or "")
+        kind = error.type if error else "-"
+        rows.append(
+            f"<tr><td>{_e(_group_of(r))}</td><td>{_e(r.config_label)}</td><td class='bad'>{_e(r.status)}</td>"
+            f"<td>{_e(kind)}</td><td><details><summary>{_e(first_line(message, 120))}</summary>"
+            f"<pre>{_e(message)}</pre></details></td></tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("target", "config", "status", "error", "message"))
+    return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+
+
+def _figure_html(fig: go.Figure, div_id: str) -> str:
+    return str(
+        fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG, default_width="100%")
+    )
+
+
+def _empty_figure(message: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 16})
+    fig.update_layout(height=200, xaxis={"visible": False}, yaxis={"visible": False})
+    return fig
+
+
+def _group_of(r: Result) -> str:
+    return group_label(r.target, r.params, r.phase, r.precision)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)

@@ -1,0 +1,121 @@
+"""Crafted results and reports for the report, compare and HTML tests: known samples, no torch run."""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+import numpy as np
+
+from orchestrator.report import Environment, Report, build_report
+from tasks.models import ErrorInfo, Experiment, Result, SideTiming, WorkerInfo, WorkInfo
+from tasks.stats import speedup_ci
+
+
+def make_result(
+    target: str = "seed.foo",
+    speedup: float | None = 2.0,
+    *,
+    status: str = "ok",
+    backend: str = "inductor",
+    mode: str | None = None,
+    params: dict[str, Any] | None = None,
+    gpu: str | None = None,
+    cpu: str = "Xeon",
+    compiled_ms: float = 1.0,
+    noise: float = 0.01,
+    n: int = 20,
+    seed: int = 0,
+    compile_s: float | None = 1.0,
+    cache: str = "warm",
+    memory_ratio: float | None = None,
+    graph_breaks: int | None = 0,
+    recompiled: bool = False,
+    message: str = "Data-dependent branching\nat foo.py:3",
+    work: WorkInfo | None = None,
+    torch: str = "2.13.0",
+    sample_seed: int | None = None,
+) -> Result:
+    """One result whose samples scatter by ``noise`` (relative) around the given medians.
+
+    A failed result (``status`` other than ok and incorrect) has no compiled side and no speedup.
+    """
+    params = params or {}
+    compile_cfg: dict[str, Any] = {"backend": backend, "mode": mode, "cache": cache}
+    exp = Experiment(target=target, params=params, compile=compile_cfg, gpu_model=gpu, seed=seed)
+    timed = status in ("ok", "incorrect") and speedup is not None
+    rng = np.random.default_rng(sample_seed if sample_seed is not None else zlib.crc32(exp.id.encode()))
+    compiled = compiled_ms * (1 + noise * rng.standard_normal(n))
+    eager = (speedup or 1.0) * compiled_ms * (1 + noise * rng.standard_normal(n))
+    eager_side = SideTiming.from_samples(eager[0] * 2, eager.tolist(), warmup=3)
+    compiled_side = SideTiming.from_samples(compiled[0] * 50, compiled.tolist(), warmup=3) if timed else None
+    return Result(
+        experiment_id=exp.id,
+        target=target,
+        params=params,
+        device="cuda" if gpu else "cpu",
+        compile=exp.compile,
+        timing=exp.timing,
+        seed=seed,
+        gpu_model=gpu,
+        status=status,
+        error=None
+        if status in ("ok", "incorrect")
+        else ErrorInfo(type="torch._dynamo.exc.Unsupported", message=message),
+        eager=eager_side,
+        compiled=compiled_side,
+        compile_latency_s=compile_s if timed else None,
+        speedup=eager_side.median_ms / compiled_side.median_ms if compiled_side else None,
+        speedup_ci=speedup_ci(eager.tolist(), compiled.tolist()) if compiled_side else None,
+        memory_ratio=memory_ratio,
+        recompiled=recompiled,
+        recompile_reasons=["1 compilation(s) inside the timed window"] if recompiled else [],
+        graph_count=1 if graph_breaks is not None else None,
+        graph_breaks=graph_breaks,
+        correct=status == "ok" if timed else None,
+        work=work,
+        started_at=1_700_000_000.0,
+        finished_at=1_700_000_010.0,
+        worker=WorkerInfo(
+            hostname="node-1",
+            pid=1,
+            threads=1,
+            gpu_name=f"NVIDIA {gpu}" if gpu else None,
+            gpu_model=gpu,
+            cpu_model=cpu,
+            versions={"torch": torch},
+        ),
+    )
+
+
+def make_report(
+    results: list[Result],
+    name: str = "crafted",
+    torch: str = "2.13.0",
+    complete: bool = True,
+    warnings: list[str] | None = None,
+) -> Report:
+    env = Environment(python="3.11.7", torch=torch, ray="2.60.0", platform="Linux", warnings=warnings or [])
+    return build_report(name, {"name": name}, results, env, complete=complete)
+
+
+def mixed_report() -> Report:
+    """Two device models, two shapes, several configurations, every kind of outcome."""
+    results = []
+    for gpu in ("A100", "H100"):
+        scale = 1.0 if gpu == "A100" else 1.6
+        for shape in (256, 4096):
+            params = {"shape": [shape, shape]}
+            results.append(make_result("seed.foo3", 2.0 * scale, params=params, gpu=gpu, compile_s=8.0))
+            results.append(
+                make_result("seed.foo3", 2.1 * scale, params=params, gpu=gpu, mode="max-autotune", compile_s=30.0)
+            )
+            results.append(make_result("seed.foo3", 2.4 * scale, params=params, gpu=gpu, cache="cold", compile_s=20.0))
+        results.append(make_result("seed.bar", 0.5, gpu=gpu, graph_breaks=1))
+        results.append(make_result("seed.bar", None, gpu=gpu, status="compile_error", mode="max-autotune"))
+        results.append(make_result("seed.bar", None, gpu=gpu, status="compile_error", cache="cold"))
+    results.append(
+        make_result("seed.outer", 3.0, gpu="A100", recompiled=True, work=WorkInfo(flops=2 * 10**12, bytes=10**9))
+    )
+    results.append(make_result("seed.foo", None, gpu="H100", status="oom", message="CUDA out of memory"))
+    return make_report(results, name="mixed", warnings=["nodes disagree on triton: 3.1.0, 3.2.0"])

@@ -1,0 +1,114 @@
+"""The HTML page: self-contained, escaped, and its charts really render in headless Chromium."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.report import write_report
+from orchestrator.report.html import render_html
+from tests.report_data import make_report, make_result, mixed_report
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+CHROMIUM = next((path for path in map(shutil.which, BROWSERS) if path), None)
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None and not os.environ.get("CI"),
+    reason="no Chromium on PATH (Debian: apt-get install -y chromium); .ci/run installs it, so CI always runs this",
+)
+CHARTS = ["chart-speedup-0", "chart-speedup-1", "chart-compile", "chart-times", "chart-samples"]
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("html") / "report.html"
+    path.write_text(render_html(mixed_report()))
+    return path
+
+
+def test_the_page_is_self_contained(page):
+    text = page.read_text()
+    assert text.startswith("<!DOCTYPE html>")
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=", text)  # nothing fetched: every script is inline
+    assert text.count("Plotly.newPlot(") == len(CHARTS) - 1  # the samples chart is drawn by its selector
+    assert len(re.findall(r"plotly\.js v\d", text)) == 1  # the library, inlined once
+
+
+def test_the_page_holds_the_summary_failures_and_warnings(page):
+    text = page.read_text()
+    for expected in (
+        "best configuration per group",
+        "A100: configurations",
+        "Failures",
+        "CUDA out of memory",
+        "nodes disagree on triton: 3.1.0, 3.2.0",
+        '<option value="0">seed.foo3 shape=[256, 256] [inductor]</option>',
+    ):
+        assert expected in text, expected
+
+
+def test_an_incomplete_run_has_a_banner_and_messages_are_escaped():
+    failed = make_result("a", None, status="runtime_error", message="<script>alert(1)</script> & more")
+    text = render_html(make_report([make_result("b"), failed], complete=False))
+    assert '<div class="banner incomplete">INCOMPLETE: the run was interrupted' in text
+    assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in text
+
+
+def test_a_report_without_timings_still_renders():
+    text = render_html(make_report([make_result("a", None, status="crashed")]))
+    assert "no valid timings to chart" in text and "no compile latencies" in text
+
+
+def test_report_and_run_write_the_page_through_the_cli(tmp_path):
+    write_report(mixed_report(), tmp_path / "r.json")
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "r.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@needs_chromium
+def test_the_charts_render_in_headless_chromium(page, tmp_path):
+    assert CHROMIUM, "Chromium is needed in CI: .ci/run installs Debian's chromium"
+    dom = _chromium(page, tmp_path, "--dump-dom").stdout
+    positions = [dom.find(f'id="{chart}"') for chart in CHARTS]
+    assert all(p >= 0 for p in positions), dict(zip(CHARTS, positions, strict=True))
+    bounds = [*sorted(positions), len(dom)]
+    for start, end in itertools.pairwise(bounds):
+        assert 'class="main-svg"' in dom[start:end], dom[start : start + 200]  # plotly drew an SVG in it
+    samples = dom[dom.find('id="chart-samples"') :]
+    assert "violins" in samples[:200_000]  # the selector drew the first result's distributions
+
+    shot = tmp_path / "page.png"
+    _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1280,2400")
+    with Image.open(shot) as image:
+        assert image.size == (1280, 2400)
+        rgb = np.asarray(image.convert("RGB"))
+    ink = (rgb != 255).any(axis=2).mean()
+    assert ink > 0.05, "the screenshot is (nearly) blank"
+    assert len(np.unique(rgb.reshape(-1, 3), axis=0)) > 50  # bars, lines, text in several colours, not one fill
+
+
+def _chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    assert CHROMIUM is not None
+    command = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=10000",
+        *args,
+        page.as_uri(),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc

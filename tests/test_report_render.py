@@ -1,0 +1,154 @@
+"""Rendering a report: the terminal tables, Markdown, CSV, the `report` command and the run's progress line."""
+
+from __future__ import annotations
+
+import csv
+import io
+import time
+
+from rich.console import Console
+from typer.testing import CliRunner
+
+from orchestrator.cli import app
+from orchestrator.report import csv_text, markdown, print_report, results_table, write_report
+from orchestrator.report.progress import RunProgress, TimeLeftColumn
+from orchestrator.report.render import CSV_COLUMNS, results_rows
+from tasks.models import WorkInfo
+from tests.report_data import make_report, make_result, mixed_report
+
+runner = CliRunner()
+
+
+def text_of(report, **kwargs) -> str:
+    console = Console(width=250, record=True)
+    print_report(console, report, **kwargs)
+    return console.export_text()
+
+
+def test_table_shows_one_row_per_result():
+    console = Console(width=200, record=True)
+    console.print(
+        results_table([make_result("seed.foo3", 2.5, noise=0.0), make_result("seed.bar", None, status="compile_error")])
+    )
+    text = console.export_text()
+    assert "seed.foo3" in text and "2.50x" in text and "compile_error" in text
+
+
+def test_terminal_report_puts_interruptions_and_warnings_first():
+    report = make_report([make_result("a", 2.0)], complete=False, warnings=["nodes disagree on torch"])
+    lines = text_of(report).splitlines()
+    assert lines[0].startswith("INCOMPLETE: the run was interrupted")
+    assert lines[1] == "WARNING: nodes disagree on torch"
+    assert lines[-1] == "1 results: 1 ok"
+
+
+def test_terminal_report_shows_groups_ties_pass_rates_and_what_was_left_out():
+    text = text_of(mixed_report())
+    for expected in (
+        "best configuration per group",
+        "A100: configurations",
+        "H100: configurations",
+        "2/3 (67%)",  # inductor+cold on each model: the bar compile_error
+        "left out: seed.bar (inductor:max-autotune: compile_error, inductor+cold: compile_error)",
+        "left out: seed.outer (inductor: recompiled; not run under 2 of 3 configurations",
+        "recompiled inside the timed window",
+        "CUDA out of memory",
+        "WARNING: nodes disagree on triton",
+    ):
+        assert expected in text, expected
+
+
+def test_a_tie_is_said_in_words():
+    report = make_report([make_result("a", 3.0, noise=0.05), make_result("a", 3.02, backend="aot_eager", noise=0.05)])
+    assert "tie within noise" in text_of(report)
+
+
+def test_achieved_throughput_sits_next_to_the_times():
+    work = WorkInfo(flops=4 * 10**9, bytes=2 * 10**6)
+    rows = results_rows([make_result("mm", 2.0, compiled_ms=1.0, noise=0.0, work=work), make_result("b", 2.0)])
+    tflops, gbps = rows.headers.index("TFLOP/s e/c"), rows.headers.index("GB/s e/c")
+    assert rows.rows[0][tflops] == "2 / 4"  # 4 GFLOP in 2 ms eager, 1 ms compiled
+    assert rows.rows[0][gbps] == "1 / 2"
+    assert rows.rows[1][tflops] == "-"
+    assert "TFLOP/s e/c" not in results_rows([make_result("b", 2.0)]).headers
+
+
+def test_markdown_has_the_summary_tables_and_bold_warnings():
+    text = markdown(mixed_report())
+    assert text.startswith("# mixed\n")
+    assert "> **WARNING: nodes disagree on triton: 3.1.0, 3.2.0**" in text
+    assert "**best configuration per group**" in text and "**A100: configurations**" in text
+    assert "| config | pass rate | speedup (common) | 95% CI |" in text
+    assert "| --- | ---: |" in text or "---:" in text
+    tables = [line for line in text.splitlines() if line.startswith("|")]
+    assert all(line.endswith("|") for line in tables)
+
+
+def test_csv_is_one_flat_row_per_result():
+    report = mixed_report()
+    rows = list(csv.DictReader(io.StringIO(csv_text(report))))
+    assert len(rows) == len(report.results)
+    assert list(rows[0]) == CSV_COLUMNS
+    first = rows[0]
+    assert first["target"] == "seed.foo3" and first["params"] == '{"shape": [256, 256]}'
+    assert first["device_model"] == "A100" and first["status"] == "ok"
+    assert float(first["speedup_ci_low"]) < float(first["speedup"]) < float(first["speedup_ci_high"])
+    failed = next(r for r in rows if r["status"] == "oom")
+    assert failed["error_message"] == "CUDA out of memory" and failed["compiled_median_ms"] == ""
+    outer = next(r for r in rows if r["target"] == "seed.outer")
+    assert float(outer["compiled_tflops"]) > 0 and outer["recompiled"] == "True"
+
+
+def test_report_command_renders_every_format(tmp_path):
+    path = tmp_path / "r.json"
+    write_report(mixed_report(), path)
+    table = runner.invoke(app, ["report", str(path)])
+    assert table.exit_code == 0, table.output
+    assert "best configuration per group" in table.output
+    md = runner.invoke(app, ["report", str(path), "--format", "markdown"])
+    assert md.exit_code == 0 and md.output.startswith("# mixed")
+    out = runner.invoke(app, ["report", str(path), "-f", "csv"])
+    assert out.exit_code == 0 and out.output.splitlines()[0].startswith("experiment_id,target,params")
+    assert len(out.output.splitlines()) == 1 + len(mixed_report().results)
+
+
+def test_report_command_reads_a_journal(tmp_path):
+    journal = tmp_path / "nightly.journal.jsonl"
+    journal.write_text(make_result("a", 2.0).model_dump_json() + "\n")
+    result = runner.invoke(app, ["report", str(journal)])
+    assert result.exit_code == 0, result.output
+    assert "INCOMPLETE" in result.output and "rebuilt from the journal nightly.journal.jsonl" in result.output
+
+
+def test_report_command_exits_2_with_one_line_for_unreadable_input(tmp_path):
+    (tmp_path / "bad.json").write_text("{")
+    result = runner.invoke(app, ["report", str(tmp_path / "bad.json")])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'bad.json'}: malformed JSON at line 1, column 2: ")
+
+
+def test_progress_line_counts_failures_by_status():
+    console = Console(width=200, record=True, force_terminal=False)
+    progress = RunProgress(4, console)
+    progress.start()
+    progress.on_result(make_result("a", 2.0))
+    progress.on_result(make_result("b", None, status="compile_error"))
+    progress.on_result(make_result("c", None, status="timeout"))
+    progress.on_result(make_result("d", None, status="compile_error"))
+    progress.stop()
+    assert progress.failures_text() == "[red]3 failed: 2 compile_error, 1 timeout[/red]"
+    task = progress.progress.tasks[0]
+    assert (task.completed, task.total) == (4, 4)
+
+
+def test_time_left_is_the_average_pace_times_what_remains():
+    console = Console(width=200, record=True)
+    progress = RunProgress(10, console)
+    task = progress.progress.tasks[0]
+    column = TimeLeftColumn()
+    assert column.render(task).plain == "time left: -"
+    progress.progress.start_task(progress.task)
+    task.start_time = time.monotonic() - 60  # done 2 in a minute: 8 left take 4 minutes
+    progress.progress.update(progress.task, completed=2)
+    assert column.render(task).plain in ("~4:00 left", "~4:01 left")

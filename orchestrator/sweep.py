@@ -45,8 +45,28 @@ def check_path(path: str, model: type[BaseModel] = Experiment) -> str | None:
     return None
 
 
+def split_path(path: str, model: type[BaseModel] = Experiment) -> list[str]:
+    """The keys ``path`` names, outermost first. Below a free-form mapping field the rest of the
+    path is one key: ``compile.options.triton.cudagraphs`` sets inductor's option
+    ``triton.cudagraphs`` (a flat dotted name), not ``{'triton': {'cudagraphs': ...}}``."""
+    parts = path.split(".")
+    current: type[BaseModel] | None = model
+    for depth, part in enumerate(parts):
+        field = current.model_fields.get(part) if current is not None else None
+        if field is None:
+            return parts  # check_path reports a path that names no field
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            current = annotation
+        elif getattr(annotation, "__origin__", None) is dict and depth + 1 < len(parts):
+            return [*parts[: depth + 1], ".".join(parts[depth + 1 :])]
+        else:
+            current = None
+    return parts
+
+
 def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    *parents, leaf = path.split(".")
+    *parents, leaf = split_path(path)
     for part in parents:
         child = data.get(part)
         if not isinstance(child, dict):

@@ -8,12 +8,13 @@ compile pool to them, and compiles into a cache directory no concurrent experime
 a fresh empty one for ``cache: cold``, and for ``warm`` the node's directory of its slot
 (its GPU, or the first core it holds), which persists across experiments on that slot.
 
-It also steadies glibc's allocator: by default glibc serves large blocks with fresh
-``mmap``s and trims freed heap by thresholds it adjusts as the process runs, so whether an
-eager call pays page faults for its temporaries depends on the process's history; seen on
-foo3 2048x2048, the same experiment's speedup moved between 2.3x and 4.7x from run to run.
-Heap-only allocation with no trimming (as jemalloc and tcmalloc behave in steady state)
-makes every sample of a side pay the same.
+It also steadies glibc's allocator (``timing.allocator: steady``, the default): by default
+glibc serves large blocks with fresh ``mmap``s and trims freed heap by thresholds it adjusts
+as the process runs, so whether an eager call pays page faults for its temporaries depends on
+the process's history; seen on foo3 2048x2048 on the CPU, the same experiment's speedup moved
+between 2.3x and 4.7x from run to run (CV 22-30%). Heap-only allocation with no trimming (as
+jemalloc and tcmalloc behave in steady state) makes every sample of a side pay the same.
+``allocator: system`` leaves glibc as it is, to measure what an untuned process sees.
 """
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt parameters, from glibc's malloc.h
 TRIM_NEVER = -1  # mallopt takes an int; glibc reads it as size_t, so -1 is SIZE_MAX: never trim
 STEADY_ALLOCATOR = "glibc: heap only (M_MMAP_MAX=0), never trimmed (M_TRIM_THRESHOLD=SIZE_MAX)"
+DEFAULT_MMAP_MAX, DEFAULT_TRIM_THRESHOLD = 65536, 128 * 1024  # glibc's defaults (malloc/malloc.c)
+SYSTEM_ALLOCATOR = "C library defaults, untouched"
+RESET_ALLOCATOR = (
+    "glibc: defaults restored (M_MMAP_MAX=65536, M_TRIM_THRESHOLD=128 KiB) after a steady experiment "
+    "in this process; its adaptive mmap threshold stays off"
+)
+_steadied = False  # steady_allocator() ran in this process
 
 
 def state_root() -> Path:
@@ -74,8 +82,9 @@ def claim_cores(count: int, allowed: Sequence[int], root: Path) -> tuple[list[in
 
 
 @contextmanager
-def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
-    """Pin to ``cpus`` claimed cores and select the compile cache, for the ``with`` body.
+def isolate(cpus: int | None, cache: str, slot: str, allocator: str = "steady") -> Iterator[Isolation]:
+    """Pin to ``cpus`` claimed cores, select the compile cache and set the C allocator
+    (``allocator``: ``steady`` or ``system``) for the ``with`` body.
 
     ``cpus=None`` (not scheduled by compilebench, e.g. a direct in-process call) pins nothing
     and, for a warm cache, keeps inductor's own default directory. If fewer cores are free
@@ -95,7 +104,7 @@ def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
             os.sched_setaffinity(0, cores)
             torch.set_num_threads(len(cores))
         compile_threads = _size_compile_pool(len(cores)) if cpus else None
-        allocator = steady_allocator() if cpus else None
+        allocator_in_effect = set_allocator(allocator) if cpus else None
         if cache == "cold":
             cold_dir = tempfile.mkdtemp(prefix="cold-", dir=_mkdir(root / "cache"))
             cache_dir: str | None = cold_dir
@@ -106,7 +115,7 @@ def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
         if cache_dir:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # read at each use by inductor
             os.environ["TRITON_CACHE_DIR"] = str(Path(cache_dir) / "triton")
-        yield Isolation(cores, exclusive, cache_dir, compile_threads, allocator, locks)
+        yield Isolation(cores, exclusive, cache_dir, compile_threads, allocator_in_effect, locks)
     finally:
         for name, value in saved_env.items():
             if value is None:
@@ -122,17 +131,41 @@ def isolate(cpus: int | None, cache: str, slot: str) -> Iterator[Isolation]:
             shutil.rmtree(cold_dir, ignore_errors=True)
 
 
+def set_allocator(setting: str) -> str | None:
+    """Apply ``timing.allocator`` to this process; what is in effect, for ``measurement.allocator``.
+
+    ``steady``: ``steady_allocator()``. ``system``: nothing to do in a process that never
+    steadied glibc; in one that did (a long-lived worker), glibc's documented defaults are set
+    back, though its adaptive threshold stays off once set, and the result says so."""
+    if setting == "steady":
+        return steady_allocator()
+    if not _steadied:
+        return SYSTEM_ALLOCATOR
+    return (
+        RESET_ALLOCATOR
+        if _mallopt((M_MMAP_MAX, DEFAULT_MMAP_MAX), (M_TRIM_THRESHOLD, DEFAULT_TRIM_THRESHOLD))
+        else None
+    )
+
+
 def steady_allocator() -> str | None:
     """Make glibc's malloc behave the same for every call of this process; what was set, or None
     where the C library is not glibc. Process-wide and kept: a scheduled worker runs only
     experiments."""
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        ok = libc.mallopt(M_MMAP_MAX, 0) and libc.mallopt(M_TRIM_THRESHOLD, TRIM_NEVER)
-    except (OSError, AttributeError, TypeError):
+    global _steadied
+    if not _mallopt((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_NEVER)):
         return None
-    return STEADY_ALLOCATOR if ok else None
+    _steadied = True
+    return STEADY_ALLOCATOR
+
+
+def _mallopt(*settings: tuple[int, int]) -> bool:
+    """glibc's ``mallopt`` for each (parameter, value); False where the C library has none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        return all(libc.mallopt(param, value) for param, value in settings)
+    except (OSError, AttributeError, TypeError):
+        return False
 
 
 def _cache_slot(slot: str, cores: list[int], exclusive: bool) -> str:

@@ -17,6 +17,7 @@ NOISY_IQR_RATIO = 0.10  # IQR/median above this marks a side noisy (torch.utils.
 BOOTSTRAP_RESAMPLES = 2000  # replicates per interval; the 2.5/97.5 percentiles move < 1% beyond this
 BOOTSTRAP_SEED = 0  # fixed, so the same samples give the same interval in every report
 CONFIDENCE = 0.95
+MAX_RESAMPLED_VALUES = 10**6  # resampled values one side's bootstrap holds at once (8 MB), whatever n is
 
 
 def describe(samples: Sequence[float]) -> SampleStats:
@@ -35,10 +36,46 @@ def describe(samples: Sequence[float]) -> SampleStats:
 
 
 def bootstrap_medians(samples: Sequence[float], rng: np.random.Generator, resamples: int) -> np.ndarray:
-    """Median of each of ``resamples`` resamples (with replacement) of ``samples``."""
+    """Median of each of ``resamples`` resamples (with replacement) of ``samples``.
+
+    Resamples are drawn a chunk of rows at a time, so that no more than
+    ``MAX_RESAMPLED_VALUES`` drawn values exist at once; the random stream is the same as one
+    draw of every row, so the replicates do not depend on the chunking. With more samples than
+    that, not even one resample fits: each replicate's median is then drawn from its exact
+    distribution (``_order_statistic_medians``) instead.
+    """
     a = np.asarray(samples, dtype=float)
-    picks = rng.integers(0, a.size, size=(resamples, a.size))
-    return np.median(a[picks], axis=1)
+    n = a.size
+    if n > MAX_RESAMPLED_VALUES:
+        return _order_statistic_medians(np.sort(a), rng, resamples)
+    rows = max(1, MAX_RESAMPLED_VALUES // n)
+    medians = np.empty(resamples)
+    for first in range(0, resamples, rows):
+        last = min(resamples, first + rows)
+        picks = rng.integers(0, n, size=(last - first, n))
+        medians[first:last] = np.median(a[picks], axis=1)
+    return medians
+
+
+def _order_statistic_medians(ordered: np.ndarray, rng: np.random.Generator, resamples: int) -> np.ndarray:
+    """Bootstrap medians of ``ordered`` (sorted) without drawing whole resamples.
+
+    A resample is n draws ``ordered[floor(n * U)]`` with U uniform, so its k-th smallest value is
+    ``ordered[floor(n * U_(k))]`` where U_(k), the k-th smallest of n uniforms, is Beta(k, n-k+1).
+    For an even n the median also needs U_(k+1) = U_(k) + (1 - U_(k)) * Beta(1, n-k): the
+    smallest of the n-k uniforms known to lie above U_(k).
+    """
+    n = ordered.size
+    k = (n + 1) // 2
+    lower = rng.beta(k, n - k + 1, size=resamples)
+
+    def value(u: np.ndarray) -> np.ndarray:
+        return ordered[np.minimum((u * n).astype(np.int64), n - 1)]
+
+    if n % 2:
+        return value(lower)
+    upper = lower + (1 - lower) * rng.beta(1, n - k, size=resamples)
+    return (value(lower) + value(upper)) / 2
 
 
 def speedup_replicates(

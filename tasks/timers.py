@@ -6,17 +6,29 @@ A timer does four things: ``first_call`` (one call by wall clock, compilation in
 compared, so that drift in clocks or load hits every side alike). ``plan`` turns an estimate
 and the experiment's timing settings into counts. The procedure receives a timer; tests hand
 it fakes.
+
+On CUDA there are two methods (``timing.method``):
+
+- ``wall`` (the default): what a user waits for. Each timed call sits between two
+  synchronisations and is read with ``perf_counter``, host overhead included, as PyTorch's
+  dynamo harness (``timed()``) does. Each round also takes the *device* time of one more call
+  of the same side, queued behind a spin kernel so that its launches cannot starve the GPU
+  (NVBench's blocking-kernel idea): comparing the two says whether the side is host-bound.
+- ``events``: device time between CUDA events, no synchronisation between calls, as Triton's
+  ``do_bench``. Launch overhead is hidden whenever the GPU still has queued work, so a
+  launch-bound side can look as fast as its kernels.
 """
 
 from __future__ import annotations
 
 import gc
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 
@@ -34,6 +46,16 @@ ESTIMATE_CALLS = 5  # calls averaged to estimate one call's length, as do_bench 
 L2_FLUSH_BYTES = 256 * 2**20  # larger than H100/H200 L2 (50-60 MB); what Triton's do_bench zeroes
 CUDAGRAPH_MIN_WARMUP = 3  # reduce-overhead records its CUDA graphs over the first calls
 
+# Counts when a spec gives none. CPU: the counts compilebench always used. CUDA: do_bench's
+# budgets (warmup=25 ms, rep=100 ms), so that clocks settle, and never fewer than 10 samples.
+CPU_WARMUP, CPU_REPEATS = 3, 10
+CUDA_WARMUP_MS, CUDA_REPEATS_MS, CUDA_MIN_REPEATS = 25.0, 100.0, 10
+
+HOST_BOUND_RATIO = 1.2  # wall median above 1.2x the device median: the GPU idles >1/6 of the call
+SPIN_CALIBRATION_CYCLES = 1_000_000  # torch.cuda._sleep cycles timed once to learn cycles per ms
+SPIN_MARGIN = 1.5  # a spin lasts 1.5x the host's launch time of the call it hides (clocks vary)
+SPIN_MIN_MS, SPIN_MAX_MS = 0.02, 200.0
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -44,20 +66,64 @@ class Plan:
     block_size: int = 1
 
 
-def plan(estimate_ms: float, timing: TimingConfig, blocked: bool, min_warmup: int = 0) -> Plan:
+@dataclass(frozen=True)
+class SideSamples:
+    """One side's timed samples (ms per call, in the timer's method) and, on CUDA, the device
+    times of calls of the same side in the same rounds; ``host_bound`` where both were taken."""
+
+    samples_ms: list[float]
+    device_samples_ms: list[float] | None = None
+    host_bound: bool | None = None
+
+
+def host_bound(wall_ms: Sequence[float], device_ms: Sequence[float]) -> bool | None:
+    """Wall time above ``HOST_BOUND_RATIO`` x device time (medians); None without both."""
+    if not wall_ms or not device_ms:
+        return None
+    return statistics.median(wall_ms) > HOST_BOUND_RATIO * statistics.median(device_ms)
+
+
+def plan(
+    estimate_ms: float,
+    timing: TimingConfig,
+    blocked: bool,
+    min_warmup: int = 0,
+    block_size: int | None = None,
+    budgets_by_default: bool = False,
+) -> Plan:
     """Counts for one side from the estimated length of one call.
 
     Blocks (CPU only): a call shorter than ``MIN_UNBLOCKED_CALL_MS`` is timed ``block_size``
     at a time so that each sample lasts ``BLOCK_TARGET_MS``; the sample is the block's time
-    divided by its size. Budgets: ``warmup_ms``/``repeats_ms``, when given, replace the counts
-    with as many calls (samples) as fit in the budget, at least one, as do_bench does.
+    divided by its size. ``block_size``, when given, is used as it is (the procedure gives every
+    side the same). Budgets: ``warmup_ms``/``repeats_ms``, when given, replace the counts with
+    as many calls (samples) as fit in the budget, at least one, as do_bench does. Counts not
+    given at all: ``CPU_WARMUP``/``CPU_REPEATS``, or with ``budgets_by_default`` (CUDA) the
+    budgets ``CUDA_WARMUP_MS``/``CUDA_REPEATS_MS`` with at least ``CUDA_MIN_REPEATS`` samples.
     """
     per_call = max(estimate_ms, 1e-6)
     block = 1
     if blocked and per_call < MIN_UNBLOCKED_CALL_MS:
         block = math.ceil(BLOCK_TARGET_MS / per_call)
-    warmup = timing.warmup if timing.warmup_ms is None else math.ceil(timing.warmup_ms / per_call)
-    repeats = timing.repeats if timing.repeats_ms is None else max(1, int(timing.repeats_ms / (per_call * block)))
+    if block_size is not None:
+        block = block_size
+    warmup_ms, repeats_ms, min_repeats = timing.warmup_ms, timing.repeats_ms, 1
+    if budgets_by_default and timing.warmup is None and warmup_ms is None:
+        warmup_ms = CUDA_WARMUP_MS
+    if budgets_by_default and timing.repeats is None and repeats_ms is None:
+        repeats_ms, min_repeats = CUDA_REPEATS_MS, CUDA_MIN_REPEATS
+    if timing.warmup is not None:
+        warmup = timing.warmup
+    elif warmup_ms is not None:
+        warmup = math.ceil(warmup_ms / per_call)
+    else:
+        warmup = CPU_WARMUP
+    if timing.repeats is not None:
+        repeats = timing.repeats
+    elif repeats_ms is not None:
+        repeats = max(min_repeats, int(repeats_ms / (per_call * block)))
+    else:
+        repeats = CPU_REPEATS
     return Plan(warmup=max(warmup, min_warmup), repeats=repeats, block_size=block)
 
 
@@ -75,8 +141,9 @@ def gc_paused() -> Any:
 
 
 class Timer(Protocol):
-    method: str
-    blocked: bool
+    method: str  # what ``Measurement.timer`` records
+    blocked: bool  # short calls are timed in blocks
+    budgets_by_default: bool  # counts not given mean time budgets (CUDA), not fixed counts
 
     def first_call(self, fn: Call) -> tuple[Any, float]: ...
 
@@ -86,12 +153,13 @@ class Timer(Protocol):
 
     def interleaved(
         self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
-    ) -> list[list[float]]: ...
+    ) -> list[SideSamples]: ...
 
 
 class CpuTimer:
     method = "perf_counter"
     blocked = True
+    budgets_by_default = False
 
     def __init__(self, clock: Clock = time.perf_counter) -> None:
         self.clock = clock
@@ -116,7 +184,7 @@ class CpuTimer:
 
     def interleaved(
         self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
-    ) -> list[list[float]]:
+    ) -> list[SideSamples]:
         """``rounds`` rounds of one timed block per side, in turn (warmup is ``warm``'s job).
 
         Method: ``perf_counter`` before and after a block of ``block_size`` calls; the sample
@@ -136,17 +204,27 @@ class CpuTimer:
                     for _ in range(p.block_size):
                         fn()
                     out.append((self.clock() - start) * 1e3 / p.block_size)
-        return samples
+        return [SideSamples(side) for side in samples]
 
 
 class CudaTimer:
-    method = "cuda_events"
     blocked = False
+    budgets_by_default = True
 
-    def __init__(self, device: torch.device, flush_l2: bool = False) -> None:
+    def __init__(
+        self,
+        device: torch.device,
+        flush_l2: bool = False,
+        method: Literal["wall", "events"] = "wall",
+        clock: Clock = time.perf_counter,
+    ) -> None:
         self.device = device
         self.flush_l2 = flush_l2
+        self.wall = method == "wall"
+        self.method = "wall" if self.wall else "cuda_events"
+        self.clock = clock
         self._flush_buffer: torch.Tensor | None = None
+        self._spin_cycles_per_ms: float | None = None
 
     def first_call(self, fn: Call) -> tuple[Any, float]:
         """Wall time of one call in ms: synchronise, ``perf_counter``, call, synchronise, read.
@@ -154,46 +232,94 @@ class CudaTimer:
         Wall time rather than CUDA events, since a first call's cost (tracing, compiling,
         autotuning) is spent on the host, not on the device.
         """
-        torch.cuda.synchronize(self.device)
-        start = time.perf_counter()
+        self._sync()
+        start = self.clock()
         out = fn()
-        torch.cuda.synchronize(self.device)
-        return out, (time.perf_counter() - start) * 1e3
+        self._sync()
+        return out, (self.clock() - start) * 1e3
 
     def estimate(self, fn: Call) -> float:
-        """Mean device time of one call over ``ESTIMATE_CALLS`` calls between two events."""
+        """Mean length of one call in ms over ``ESTIMATE_CALLS`` calls, after one untimed call.
+
+        ``wall``: each call between synchronisations, by ``perf_counter`` (what the plan's
+        budgets are spent on). ``events``: device time between two events around all the calls.
+        """
         fn()
-        torch.cuda.synchronize(self.device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if self.wall:
+            total = 0.0
+            for _ in range(ESTIMATE_CALLS):
+                self._flush()
+                total += self._wall_call(fn)[0]
+            return total / ESTIMATE_CALLS
+        self._sync()
+        start, end = _event(), _event()
         start.record()
         for _ in range(ESTIMATE_CALLS):
             self._flush()
             fn()
         end.record()
-        torch.cuda.synchronize(self.device)
+        self._sync()
         return start.elapsed_time(end) / ESTIMATE_CALLS
 
     def warm(self, fn: Call, calls: int) -> None:
         for _ in range(calls):
             fn()
-        torch.cuda.synchronize(self.device)
+        self._sync()
 
     def interleaved(
         self, fns: Sequence[Call], plans: Sequence[Plan], rounds: int, setups: Sequence[Setup | None] | None = None
-    ) -> list[list[float]]:
-        """``rounds`` rounds of one timed call per side, in turn (warmup is ``warm``'s job).
+    ) -> list[SideSamples]:
+        """``rounds`` rounds of timed calls per side, in turn (warmup is ``warm``'s job).
 
-        Method: a CUDA event pair recorded on the current stream around each timed call; with
-        ``flush_l2`` a 256 MB buffer is zeroed before each call (outside the events) so no
-        call finds its inputs in L2. One synchronisation at the end reads all events: no host
-        sync sits between timed calls. Sides alternate call by call. The garbage collector
-        is paused throughout (``gc_paused``).
+        With ``flush_l2`` a 256 MB buffer is zeroed before each timed call, outside the timed
+        region, so no call finds its inputs in L2. The garbage collector is paused throughout.
+
+        ``wall``: per round and side, (1) the wall sample: synchronise, ``perf_counter``, call,
+        synchronise, ``perf_counter``; (2) the device sample: a spin kernel (``torch.cuda._sleep``)
+        lasting 1.5x the host time the wall call took to launch its work, then an event pair
+        around one more call: the launches queue behind the spin, so the events measure the
+        kernels back to back, with no launch gaps. ``setup`` runs before each of the two calls.
+
+        ``events``: an event pair around each call, one synchronisation at the end reads them
+        all; no host sync between calls (launch overhead overlaps earlier queued work).
         """
-        torch.cuda.synchronize(self.device)
-        events = [
-            [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(rounds)]
-            for _ in fns
-        ]
+        if not self.wall:
+            samples = self._events_only(fns, rounds, setups)
+            return [SideSamples(side, list(side)) for side in samples]
+        setups = setups or [None] * len(fns)
+        walls: list[list[float]] = [[] for _ in fns]
+        events: list[list[tuple[Any, Any]]] = [[] for _ in fns]
+        cycles_per_ms = self._spin_rate()
+        with gc_paused():
+            for _ in range(rounds):
+                for fn, setup, wall, pairs in zip(fns, setups, walls, events, strict=True):
+                    if setup is not None:
+                        setup(1)
+                    self._flush()
+                    wall_ms, launch_ms = self._wall_call(fn)
+                    wall.append(wall_ms)
+                    if setup is not None:
+                        setup(1)
+                    self._flush()
+                    spin_ms = min(max(SPIN_MARGIN * launch_ms, SPIN_MIN_MS), SPIN_MAX_MS)
+                    torch.cuda._sleep(int(spin_ms * cycles_per_ms))
+                    start, end = _event(), _event()
+                    start.record()
+                    fn()
+                    end.record()
+                    pairs.append((start, end))
+            self._sync()
+        sides = []
+        for wall, pairs in zip(walls, events, strict=True):
+            device = [start.elapsed_time(end) for start, end in pairs]
+            sides.append(SideSamples(wall, device, host_bound(wall, device)))
+        return sides
+
+    def _events_only(
+        self, fns: Sequence[Call], rounds: int, setups: Sequence[Setup | None] | None
+    ) -> list[list[float]]:
+        self._sync()
+        events = [[(_event(), _event()) for _ in range(rounds)] for _ in fns]
         setups = setups or [None] * len(fns)
         with gc_paused():
             for i in range(rounds):
@@ -205,8 +331,33 @@ class CudaTimer:
                     start.record()
                     fn()
                     end.record()
-            torch.cuda.synchronize(self.device)
+            self._sync()
         return [[start.elapsed_time(end) for start, end in side] for side in events]
+
+    def _wall_call(self, fn: Call) -> tuple[float, float]:
+        """One call between synchronisations: its wall time and the host time until it returned
+        (its launches), in ms."""
+        self._sync()
+        start = self.clock()
+        fn()
+        launched = self.clock()
+        self._sync()
+        return (self.clock() - start) * 1e3, (launched - start) * 1e3
+
+    def _spin_rate(self) -> float:
+        """Cycles of ``torch.cuda._sleep`` per ms on this device, timed once per timer."""
+        if self._spin_cycles_per_ms is None:
+            self._sync()
+            start, end = _event(), _event()
+            start.record()
+            torch.cuda._sleep(SPIN_CALIBRATION_CYCLES)
+            end.record()
+            self._sync()
+            self._spin_cycles_per_ms = SPIN_CALIBRATION_CYCLES / max(start.elapsed_time(end), 1e-6)
+        return self._spin_cycles_per_ms
+
+    def _sync(self) -> None:
+        torch.cuda.synchronize(self.device)
 
     def _flush(self) -> None:
         if not self.flush_l2:
@@ -216,5 +367,11 @@ class CudaTimer:
         self._flush_buffer.zero_()
 
 
+def _event() -> Any:
+    return torch.cuda.Event(enable_timing=True)
+
+
 def timer_for(device: torch.device, timing: TimingConfig) -> Timer:
-    return CudaTimer(device, flush_l2=timing.flush_l2) if device.type == "cuda" else CpuTimer()
+    if device.type == "cuda":
+        return CudaTimer(device, flush_l2=timing.flush_l2, method=timing.method or "wall")
+    return CpuTimer()

@@ -89,3 +89,43 @@ def test_in_process_use_pins_nothing_and_keeps_inductors_default_cache():
     with isolate(cpus=None, cache="warm", slot="cpu") as iso:
         assert (iso.cache_dir, iso.compile_threads, iso.exclusive, iso.allocator) == (None, None, False, None)
         assert (os.sched_getaffinity(0), os.environ.get("TORCHINDUCTOR_CACHE_DIR")) == before
+
+
+def test_allocator_switch_steady_by_default_system_on_request(monkeypatch):
+    from tasks import isolation
+
+    calls = []
+    monkeypatch.setattr(isolation, "_mallopt", lambda *settings: calls.append(settings) or True)
+    monkeypatch.setattr(isolation, "_steadied", False)
+    with isolate(cpus=1, cache="warm", slot="cpu", allocator="system") as iso:
+        assert iso.allocator == isolation.SYSTEM_ALLOCATOR and calls == []  # nothing touched
+    with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+        assert iso.allocator == isolation.STEADY_ALLOCATOR
+    assert calls == [((isolation.M_MMAP_MAX, 0), (isolation.M_TRIM_THRESHOLD, isolation.TRIM_NEVER))]
+    with isolate(cpus=1, cache="warm", slot="cpu", allocator="system") as iso:
+        # a long-lived worker that steadied glibc before: its defaults are set back, and the result says so
+        assert iso.allocator == isolation.RESET_ALLOCATOR
+    assert calls[-1] == (
+        (isolation.M_MMAP_MAX, isolation.DEFAULT_MMAP_MAX),
+        (isolation.M_TRIM_THRESHOLD, isolation.DEFAULT_TRIM_THRESHOLD),
+    )
+
+
+def test_the_spec_setting_reaches_the_result():
+    from tasks.isolation import SYSTEM_ALLOCATOR
+    from tasks.models import Experiment
+    from tasks.procedure import Placement, run_experiment
+
+    exp = Experiment(
+        target="seed.foo", params={"shape": [4]}, device="cpu", compile={"backend": "eager"}, timing={"repeats": 1}
+    )
+    steady = run_experiment(exp, Placement(cpus=1))
+    assert "M_MMAP_MAX=0" in steady.measurement.allocator
+    system = run_experiment(
+        exp.model_copy(update={"timing": exp.timing.model_copy(update={"allocator": "system"})}), Placement(cpus=1)
+    )
+    assert system.measurement.allocator != steady.measurement.allocator
+    assert (
+        system.measurement.allocator.startswith("glibc: defaults restored")
+        or system.measurement.allocator == SYSTEM_ALLOCATOR
+    )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.stats import describe, geomean, geomean_ci, speedup_ci
+from tasks import stats
+from tasks.stats import bootstrap_medians, describe, geomean, geomean_ci, speedup_ci
 
 
 def test_describe_derives_everything_from_the_samples():
@@ -47,3 +48,42 @@ def test_geomean_interval_brackets_the_geomean():
     low, high = geomean_ci(pairs)
     assert low < geomean([4.0, 0.5]) < high
     assert high < 1.6  # the 0.5x slowdown pulls the mean down: it is not clipped to 1
+
+
+class CountingRng:
+    """A numpy Generator that remembers the largest draw of resample indices asked of it."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.largest = 0
+
+    def integers(self, low, high, size):
+        self.largest = max(self.largest, int(np.prod(size)))
+        return self.rng.integers(low, high, size=size)
+
+    def beta(self, a, b, size):
+        self.largest = max(self.largest, int(np.prod(size)))
+        return self.rng.beta(a, b, size=size)
+
+
+def test_bootstrap_holds_at_most_the_cap_of_resampled_values_and_chunks_change_nothing(monkeypatch):
+    samples = np.random.default_rng(5).lognormal(0, 0.2, size=700)
+    whole = bootstrap_medians(samples, np.random.default_rng(0), 300)  # 210k values: one draw
+    monkeypatch.setattr(stats, "MAX_RESAMPLED_VALUES", 5000)
+    rng = CountingRng(0)
+    chunked = bootstrap_medians(samples, rng, 300)
+    assert rng.largest <= 5000
+    assert np.array_equal(whole, chunked)  # the same random stream, drawn in pieces
+
+
+@pytest.mark.parametrize("n", [1501, 1500])  # odd and even: the median of a resample is one value or two
+def test_beyond_the_cap_medians_come_from_their_exact_distribution(monkeypatch, n):
+    samples = np.random.default_rng(n).lognormal(0, 0.3, size=n)
+    exact = bootstrap_medians(samples, np.random.default_rng(1), 4000)
+    monkeypatch.setattr(stats, "MAX_RESAMPLED_VALUES", 1000)  # not even one resample fits
+    rng = CountingRng(1)
+    drawn = bootstrap_medians(samples, rng, 4000)
+    assert rng.largest == 4000  # one number per replicate, whatever n is
+    for q in (2.5, 50, 97.5):
+        assert np.percentile(drawn, q) == pytest.approx(np.percentile(exact, q), rel=0.01)
+    assert drawn.std() == pytest.approx(exact.std(), rel=0.1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.spec import load_spec
-from orchestrator.sweep import deep_merge, expand
+from orchestrator.sweep import deep_merge, expand, split_path
 from tasks.models import CompileConfig, Experiment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,8 +80,37 @@ def test_ids_are_stable_and_canonical():
     assert a.id == b.id
     assert Experiment(target="seed.foo", compile={"mode": "default"}).id == Experiment(target="seed.foo").id
     assert Experiment(target="seed.foo", seed=1).id != Experiment(target="seed.foo").id
-    explicit_defaults = Experiment(target="seed.foo", device="auto", compile={"cache": "warm"}, timing={"repeats": 10})
+    explicit_defaults = Experiment(
+        target="seed.foo", device="auto", compile={"cache": "warm"}, timing={"repeats": None}
+    )
     assert explicit_defaults.id == Experiment(target="seed.foo").id
+
+
+def test_counts_left_to_the_device_are_a_different_experiment_from_fixed_counts():
+    # Unspecified counts are budgets on CUDA, so 'repeats: 10' (ten samples everywhere) is not the same experiment.
+    assert Experiment(target="seed.foo", timing={"repeats": 10}).id != Experiment(target="seed.foo").id
+    assert Experiment(target="seed.foo").id == GOLDEN_SEED_IDS[0]  # unspecified counts keep the old ids
+
+
+def test_sweeping_a_dotted_inductor_option_keeps_its_dotted_name(write_spec):
+    spec = load_spec(
+        write_spec(
+            """
+            name: x
+            experiments:
+              - target: seed.foo
+                compile: {options: {max_autotune: false}}
+                sweep: {compile.options.triton.cudagraphs: [false, true], params.shape: [[8]]}
+            """
+        )
+    )
+    assert [e.compile.options for e in spec.experiments] == [
+        {"max_autotune": False, "triton.cudagraphs": False},
+        {"max_autotune": False, "triton.cudagraphs": True},
+    ]
+    assert [e.compile.cudagraphs for e in spec.experiments] == [False, True]
+    assert split_path("compile.options.triton.cudagraphs") == ["compile", "options", "triton.cudagraphs"]
+    assert split_path("params.shape") == ["params", "shape"]
 
 
 def test_seed_spec_ids_are_the_same_on_every_machine():

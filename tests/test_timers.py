@@ -1,4 +1,4 @@
-"""Timers and plans, with fake clocks: counts, blocks, interleaving, budgets."""
+"""Timers and plans, with fake clocks: counts, blocks, interleaving, budgets, and the two CUDA methods."""
 
 from __future__ import annotations
 
@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from tasks.models import TimingConfig
-from tasks.timers import CUDAGRAPH_MIN_WARMUP, CpuTimer, CudaTimer, Plan, plan
+from tasks.timers import (
+    CUDAGRAPH_MIN_WARMUP,
+    CpuTimer,
+    CudaTimer,
+    Plan,
+    host_bound,
+    plan,
+    timer_for,
+)
 
 
 class Clock:
@@ -30,9 +38,23 @@ def test_interleaved_alternates_sides_block_by_block():
     clock, log = Clock(), []
     timer = CpuTimer(clock=clock)
     eager, compiled = clock.call("e", log, 0.003), clock.call("c", log, 0.001)
-    samples = timer.interleaved([eager, compiled], [Plan(0, 3, 2), Plan(0, 3, 1)], rounds=3)
+    sides = timer.interleaved([eager, compiled], [Plan(0, 3, 2), Plan(0, 3, 1)], rounds=3)
     assert "".join(log) == "eec" * 3
-    assert samples == [pytest.approx([3.0] * 3), pytest.approx([1.0] * 3)]
+    assert [s.samples_ms for s in sides] == [pytest.approx([3.0] * 3), pytest.approx([1.0] * 3)]
+    assert all(s.device_samples_ms is None and s.host_bound is None for s in sides)  # no device on the CPU
+
+
+def test_setup_runs_before_each_block_with_its_size_outside_the_timed_region():
+    clock, log = Clock(), []
+    timer = CpuTimer(clock=clock)
+
+    def setup(size):
+        log.append(f"setup{size}")
+        clock.now += 1.0  # slow, but untimed
+
+    (side,) = timer.interleaved([clock.call("f", log, 0.002)], [Plan(0, 2, 3)], rounds=2, setups=[setup])
+    assert log == ["setup3", "f", "f", "f"] * 2
+    assert side.samples_ms == pytest.approx([2.0, 2.0])
 
 
 def test_block_timer_on_a_call_of_a_few_microseconds():
@@ -44,14 +66,15 @@ def test_block_timer_on_a_call_of_a_few_microseconds():
     p = plan(estimate, TimingConfig(warmup=0, repeats=4), blocked=timer.blocked)
     assert p.block_size == 200  # 200 calls of 5 us make a 1 ms sample
     log.clear()
-    (samples,) = timer.interleaved([fn], [p], p.repeats)
+    (side,) = timer.interleaved([fn], [p], p.repeats)
     assert len(log) == 4 * 200
-    assert samples == pytest.approx([0.005] * 4)  # per-call time, not block time
+    assert side.samples_ms == pytest.approx([0.005] * 4)  # per-call time, not block time
 
 
 def test_calls_long_enough_are_timed_one_by_one():
     assert plan(0.1, TimingConfig(), blocked=True).block_size == 1
-    assert plan(0.001, TimingConfig(), blocked=False).block_size == 1  # CUDA events never block
+    assert plan(0.001, TimingConfig(), blocked=False).block_size == 1  # CUDA never blocks
+    assert plan(0.5, TimingConfig(), blocked=True, block_size=250).block_size == 250  # a common block, as given
 
 
 def test_budgets_replace_counts():
@@ -60,6 +83,28 @@ def test_budgets_replace_counts():
     tiny = plan(0.01, TimingConfig(warmup_ms=1, repeats_ms=10), blocked=True)
     assert tiny.block_size == 100 and tiny.repeats == 10  # a budget counts blocks, not calls
     assert plan(500.0, TimingConfig(repeats_ms=10), blocked=True).repeats == 1  # never zero
+
+
+def test_counts_not_given_are_chosen_by_device():
+    cpu = plan(2.0, TimingConfig(), blocked=True)
+    assert (cpu.warmup, cpu.repeats) == (3, 10)
+    cuda = plan(2.0, TimingConfig(), blocked=False, budgets_by_default=True)
+    assert (cuda.warmup, cuda.repeats) == (13, 50)  # do_bench's 25 ms and 100 ms
+    long = plan(50.0, TimingConfig(), blocked=False, budgets_by_default=True)
+    assert (long.warmup, long.repeats) == (1, 10)  # never fewer than 10 samples by default
+    given = plan(2.0, TimingConfig(warmup=1, repeats=4), blocked=False, budgets_by_default=True)
+    assert (given.warmup, given.repeats) == (1, 4)  # given counts are kept on every device
+    mixed = plan(2.0, TimingConfig(repeats=4), blocked=False, budgets_by_default=True)
+    assert (mixed.warmup, mixed.repeats) == (13, 4)  # each quantity on its own
+    assert plan(50.0, TimingConfig(repeats_ms=10), blocked=False, budgets_by_default=True).repeats == 1
+
+
+def test_a_count_and_a_budget_for_the_same_thing_are_an_error():
+    with pytest.raises(ValueError, match=r"cannot be combined with timing\.repeats"):
+        TimingConfig(repeats=10, repeats_ms=100)
+    with pytest.raises(ValueError, match=r"cannot be combined with timing\.warmup"):
+        TimingConfig(warmup=0, warmup_ms=25)
+    assert TimingConfig(repeats=10, warmup_ms=25).warmup_ms == 25  # different things: fine
 
 
 def test_cudagraph_modes_get_at_least_three_warmup_calls():
@@ -79,48 +124,219 @@ def test_first_call_is_wall_time_in_ms():
     assert ms == 2500.0 and log == ["f"]
 
 
-class FakeCuda:
-    """Stands in for torch.cuda: events read a fake device clock; synchronisations are logged."""
+def test_host_bound_compares_medians_with_a_20_percent_margin():
+    assert host_bound([1.3, 1.3, 9.0], [1.0, 1.0, 1.0]) is True
+    assert host_bound([1.1, 1.2, 1.1], [1.0, 1.0, 1.0]) is False
+    assert host_bound([1.0], []) is None
+
+
+class FakeGpu:
+    """Stands in for torch.cuda: a host clock and one stream, in ms.
+
+    A launch costs the host ``launch_ms``; its kernel runs when the stream reaches it (kernels
+    run one after another). An event is stamped when the stream reaches it; ``synchronize``
+    makes the host wait for the stream; ``torch.cuda._sleep(cycles)`` is a spin kernel of
+    ``cycles / CYCLES_PER_MS`` ms. Everything the timer asks for is logged.
+    """
+
+    CYCLES_PER_MS = 1e6
 
     def __init__(self, monkeypatch):
-        self.now, self.log = 0.0, []
-        fake = self
+        self.host = 0.0
+        self.stream_free = 0.0
+        self.log = []
+        gpu = self
 
         class Event:
             def __init__(self, enable_timing=False):
                 self.t = None
 
             def record(self):
-                fake.log.append("record")
-                self.t = fake.now
+                gpu.log.append("record")
+                self.t = gpu.stream_free = max(gpu.host, gpu.stream_free)
 
             def elapsed_time(self, end):
                 return end.t - self.t
 
         monkeypatch.setattr(torch.cuda, "Event", Event)
-        monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: self.log.append("sync"))
+        monkeypatch.setattr(torch.cuda, "synchronize", self.synchronize)
+        monkeypatch.setattr(torch.cuda, "_sleep", self.spin)
 
-    def call(self, name, ms):
+    def clock(self):
+        return self.host / 1e3  # perf_counter reads seconds
+
+    def synchronize(self, device=None):
+        self.log.append("sync")
+        self.host = max(self.host, self.stream_free)
+
+    def spin(self, cycles):
+        self.log.append("spin")
+        self.launch(cycles / self.CYCLES_PER_MS)
+
+    def launch(self, kernel_ms, launch_ms=0.0):
+        self.host += launch_ms
+        self.stream_free = max(self.host, self.stream_free) + kernel_ms
+
+    def side(self, name, kernels=1, launch_ms=0.0, kernel_ms=1.0):
         def fn():
             self.log.append(name)
-            self.now += ms
+            for _ in range(kernels):
+                self.launch(kernel_ms, launch_ms)
 
         return fn
 
 
-def test_cuda_timer_records_events_around_each_call_and_synchronises_once_at_the_end(monkeypatch):
-    cuda = FakeCuda(monkeypatch)
-    timer = CudaTimer(torch.device("cuda", 0), flush_l2=True)
-    monkeypatch.setattr(timer, "_flush", lambda: cuda.log.append("flush"))
-    samples = timer.interleaved([cuda.call("e", 3.0), cuda.call("c", 1.0)], [Plan(0, 2), Plan(0, 2)], rounds=2)
-    assert samples == [[3.0, 3.0], [1.0, 1.0]]
+def cuda_timer(gpu, method="wall", flush_l2=False):
+    return CudaTimer(torch.device("cuda", 0), flush_l2=flush_l2, method=method, clock=gpu.clock)
+
+
+def test_events_method_records_events_around_each_call_and_synchronises_once_at_the_end(monkeypatch):
+    gpu = FakeGpu(monkeypatch)
+    timer = cuda_timer(gpu, "events", flush_l2=True)
+    monkeypatch.setattr(timer, "_flush", lambda: gpu.log.append("flush"))
+    sides = timer.interleaved([gpu.side("e", kernel_ms=3.0), gpu.side("c", kernel_ms=1.0)], [Plan(0, 2)] * 2, 2)
+    assert [s.samples_ms for s in sides] == [[3.0, 3.0], [1.0, 1.0]]
+    assert [s.device_samples_ms for s in sides] == [[3.0, 3.0], [1.0, 1.0]]  # the samples are device times
+    assert sides[0].host_bound is None  # no wall time taken: not judged
     window = ["flush", "record", "e", "record", "flush", "record", "c", "record"]
-    assert cuda.log == ["sync", *window, *window, "sync"]  # drain the warmup, then one sync at the end
+    assert gpu.log == ["sync", *window, *window, "sync"]  # drain the warmup, then one sync at the end
+    assert timer.method == "cuda_events"
+
+
+def test_wall_method_synchronises_around_each_timed_call_then_takes_its_device_time_behind_a_spin(monkeypatch):
+    gpu = FakeGpu(monkeypatch)
+    timer = cuda_timer(gpu, "wall")
+    (side,) = timer.interleaved([gpu.side("f", kernels=2, launch_ms=0.1, kernel_ms=1.0)], [Plan(0, 2)], 2)
+    calibrate = ["sync", "record", "spin", "record", "sync"]  # cycles of torch.cuda._sleep per ms, once
+    one_round = ["sync", "f", "sync", "spin", "record", "f", "record"]
+    assert gpu.log == [*calibrate, *one_round, *one_round, "sync"]
+    assert side.samples_ms == pytest.approx([2.1, 2.1])  # 0.1 ms launch, then two 1 ms kernels
+    assert side.device_samples_ms == pytest.approx([2.0, 2.0])  # the kernels alone
+    assert side.host_bound is False
+    assert timer.method == "wall"
+
+
+def test_the_two_methods_differ_on_a_launch_bound_side_after_a_gpu_bound_one(monkeypatch):
+    """A launch-bound side (10 launches of 50 us host time each, for 10 us kernels) timed after a
+    GPU-bound one (one 2 ms kernel). By events its launches overlap the GPU-bound side's queued
+    kernel, so it looks as fast as its kernels (0.1 ms) and the ratio of the two sides is 20x.
+    By wall time it costs what a user waits for (0.51 ms): a ratio of 3.9x; its device time,
+    taken behind a spin, is still 0.1 ms, so it is flagged host-bound."""
+    plans = [Plan(0, 3)] * 2
+
+    def sides(method):
+        gpu = FakeGpu(monkeypatch)
+        gpu_bound = gpu.side("gpu", kernels=1, launch_ms=0.0, kernel_ms=2.0)
+        launch_bound = gpu.side("launch", kernels=10, launch_ms=0.05, kernel_ms=0.01)
+        return cuda_timer(gpu, method).interleaved([gpu_bound, launch_bound], plans, 3)
+
+    (heavy_e, light_e), (heavy_w, light_w) = sides("events"), sides("wall")
+    assert heavy_e.samples_ms == pytest.approx([2.0] * 3)
+    assert light_e.samples_ms == pytest.approx([0.1] * 3)  # launch overhead hidden
+    assert heavy_w.samples_ms == pytest.approx([2.0] * 3)
+    assert light_w.samples_ms == pytest.approx([0.51] * 3)  # 10 x 50 us of launches + the last kernel
+    assert light_w.device_samples_ms == pytest.approx([0.1] * 3)  # the same device time events see
+    assert heavy_w.device_samples_ms == pytest.approx([2.0] * 3)
+    assert (heavy_w.host_bound, light_w.host_bound) == (False, True)
+    events_ratio = heavy_e.samples_ms[0] / light_e.samples_ms[0]
+    wall_ratio = heavy_w.samples_ms[0] / light_w.samples_ms[0]
+    assert events_ratio == pytest.approx(20.0) and wall_ratio == pytest.approx(2.0 / 0.51)
+
+
+def test_wall_estimate_is_the_mean_wall_time_of_synchronised_calls(monkeypatch):
+    gpu = FakeGpu(monkeypatch)
+    fn = gpu.side("f", kernels=10, launch_ms=0.05, kernel_ms=0.01)
+    assert cuda_timer(gpu, "wall").estimate(fn) == pytest.approx(0.51)
+    # events around 5 calls in a row: each call's launches overlap the previous call's last kernel
+    assert cuda_timer(gpu, "events").estimate(fn) == pytest.approx((5 * 0.5 + 0.01) / 5)
 
 
 def test_cuda_timer_without_flush_touches_no_buffer(monkeypatch):
-    cuda = FakeCuda(monkeypatch)
-    timer = CudaTimer(torch.device("cuda", 0))
-    timer.interleaved([cuda.call("e", 2.0)], [Plan(0, 1)], rounds=1)
-    assert cuda.log == ["sync", "record", "e", "record", "sync"]
+    gpu = FakeGpu(monkeypatch)
+    timer = cuda_timer(gpu, "events")
+    timer.interleaved([gpu.side("e", kernel_ms=2.0)], [Plan(0, 1)], rounds=1)
+    assert gpu.log == ["sync", "record", "e", "record", "sync"]
     assert timer._flush_buffer is None
+
+
+def test_the_method_comes_from_the_spec_and_wall_is_the_default():
+    cuda = torch.device("cuda", 0)
+    assert timer_for(cuda, TimingConfig()).method == "wall"
+    assert timer_for(cuda, TimingConfig(method="events")).method == "cuda_events"
+    assert timer_for(torch.device("cpu"), TimingConfig(method="events")).method == "perf_counter"
+
+
+def test_both_sides_see_the_same_input_in_the_same_round_whatever_their_warmup():
+    from tasks.dynamo_watch import DynamoWatch
+    from tasks.models import Measurement
+    from tasks.procedure import time_sides
+    from tasks.targets import Workload
+
+    clock, seen = Clock(), {"eager": [], "compiled": []}
+
+    def side(name):
+        def fn(x):
+            seen[name].append(x)
+            clock.now += 0.001
+
+        return fn
+
+    work = Workload(side("eager"), (0,), cycle=[(i,) for i in range(4)])
+    with DynamoWatch() as watch:
+        time_sides(
+            CpuTimer(clock=clock),
+            work,
+            [work.fn, side("compiled")],
+            [1.0, 1.0],
+            TimingConfig(warmup=1, repeats=3),
+            [0, 3],  # the compiled side warms up longer (as CUDA graphs do)
+            torch.device("cpu"),
+            Measurement(timer="perf_counter"),
+            watch,
+        )
+    timed = {name: calls[-3:] for name, calls in seen.items()}  # the last 3 calls of each side were timed
+    assert timed == {"eager": [0, 1, 2], "compiled": [0, 1, 2]}
+
+
+def test_cuda_sides_record_device_time_host_bound_peak_memory_and_cudagraph_use(monkeypatch):
+    from tasks.dynamo_watch import DynamoWatch
+    from tasks.models import Measurement
+    from tasks.procedure import time_sides
+    from tasks.targets import Workload
+
+    gpu = FakeGpu(monkeypatch)
+    allocated = {"now": 1000, "peak": 1000}
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocated["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: allocated.update(peak=1000))
+
+    def side(kernels, launch_ms, kernel_ms, temp_bytes):
+        launch = gpu.side("f", kernels, launch_ms, kernel_ms)
+
+        def fn(x):
+            allocated["peak"] = max(allocated["peak"], allocated["now"] + temp_bytes)
+            launch()
+
+        return fn
+
+    eager, compiled = side(10, 0.05, 0.01, 3000), side(1, 0.01, 0.1, 1000)  # a launch-bound eager side
+    timer = CudaTimer(torch.device("cuda", 0), method="wall", clock=gpu.clock)
+    measurement = Measurement(timer="wall", cudagraphs=True)
+    with DynamoWatch() as watch:
+        sides = time_sides(
+            timer,
+            Workload(eager, (None,)),
+            [eager, compiled],
+            [5.0, 50.0],
+            TimingConfig(),  # counts by device: do_bench's budgets, at least 10 samples
+            [0, 3],
+            torch.device("cuda", 0),
+            measurement,
+            watch,
+        )
+    e, c = sides
+    assert e.n == c.n >= 10
+    assert e.median_ms == pytest.approx(0.51) and e.device_samples_ms == pytest.approx([0.1] * e.n)
+    assert (e.host_bound, c.host_bound) == (True, False)
+    assert (e.peak_memory_bytes, c.peak_memory_bytes) == (3000, 1000)  # what the call allocated, not the process
+    assert (measurement.cudagraphs_used, measurement.cudagraph_skips) == (True, [])

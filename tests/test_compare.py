@@ -105,13 +105,18 @@ def test_experiments_in_one_report_only_are_listed():
     assert (c.matched, c.only_in_base, c.only_in_new) == (1, ["b [inductor]"], ["c [inductor]"])
 
 
+def test_thread_counts_that_differ_are_warned():
+    base, new = pair({}, {})
+    new.results[0].worker.threads = 2
+    assert compare(base, new).warnings == ["worker threads differ: 1 vs 2"]
+
+
 def test_compile_options_that_differ_are_warned():
     base, new = pair({}, {})
     new.results[0].inductor_options = {"max_autotune": True}
-    assert any(
-        w.startswith("compile options (inductor config) differ for 1 experiment(s)")
-        for w in compare(base, new).warnings
-    )
+    assert compare(base, new).warnings == [
+        "compile options (inductor config) differ for 1 experiment(s) in max_autotune (e.g. seed.foo [inductor])"
+    ]
 
 
 def test_an_incomplete_report_is_warned():

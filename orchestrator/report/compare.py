@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import Rows, first_line, markdown_table, ms, rich_table, seconds, times
@@ -24,6 +25,7 @@ from tasks.models import Result
 SPEED_THRESHOLD = 0.05  # relative change of the compiled median or the speedup (PyTorch's dashboard: 0.95x)
 COMPILE_THRESHOLD = 0.15  # relative change of compile latency (PyTorch's dashboard alerts at 1.15x)
 ALPHA = 0.05  # two-sided Mann-Whitney U, as Google Benchmark's compare.py
+_MISSING = object()
 MIN_SAMPLES = 9  # Google Benchmark warns below 9 repetitions: the U test has little power with fewer
 
 Kind = Literal[
@@ -137,7 +139,7 @@ def compare(
 
 
 def environment_warnings(base: Report, new: Report) -> list[str]:
-    """Differences that make the two reports measure different things: hardware, versions, options."""
+    """Differences that make the two reports measure different things: hardware, versions, threads, options."""
     warnings = []
     for report, which in ((base, "base"), (new, "new")):
         if not report.complete:
@@ -149,15 +151,23 @@ def environment_warnings(base: Report, new: Report) -> list[str]:
         versions = [_versions(rep, key) for rep in (base, new)]
         if versions[0] and versions[1] and versions[0] != versions[1]:
             warnings.append(f"{key} versions differ: {', '.join(versions[0])} vs {', '.join(versions[1])}")
+    threads = [sorted({r.worker.threads for r in rep.results if r.worker}) for rep in (base, new)]
+    if threads[0] and threads[1] and threads[0] != threads[1]:
+        shown = [", ".join(map(str, t)) for t in threads]
+        warnings.append(f"worker threads differ: {shown[0]} vs {shown[1]}")
     new_by_id = {r.experiment_id: r for r in new.results}
-    differ = [
-        b
-        for b in base.results
-        if b.experiment_id in new_by_id and b.inductor_options != new_by_id[b.experiment_id].inductor_options
-    ]
+    keys: set[str] = set()
+    differ = []
+    for b in base.results:
+        n = new_by_id.get(b.experiment_id)
+        if n is not None and b.inductor_options != n.inductor_options:
+            differ.append(b)
+            both = b.inductor_options.keys() | n.inductor_options.keys()
+            keys |= {k for k in both if b.inductor_options.get(k, _MISSING) != n.inductor_options.get(k, _MISSING)}
     if differ:
         warnings.append(
-            f"compile options (inductor config) differ for {len(differ)} experiment(s), e.g. {_label(differ[0])}"
+            f"compile options (inductor config) differ for {len(differ)} experiment(s) in "
+            f"{', '.join(sorted(keys))} (e.g. {_label(differ[0])})"
         )
     return warnings
 
@@ -312,16 +322,16 @@ def notes(c: Comparison) -> list[str]:
 
 def print_comparison(console: Console, c: Comparison) -> None:
     for w in c.warnings:
-        console.print(f"[bold yellow]WARNING: {w}[/bold yellow]", highlight=False, soft_wrap=True)
+        console.print(Text(f"WARNING: {w}", style="bold yellow"), soft_wrap=True)
     if c.changes:
         table: Table = rich_table(rows(c))
         console.print(table)
     else:
-        console.print(f"{c.base} -> {c.new}: nothing moved beyond the thresholds", highlight=False)
+        console.print(Text(f"{c.base} -> {c.new}: nothing moved beyond the thresholds"))
     for line in notes(c):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(Text(line), soft_wrap=True)
     style = "bold red" if c.regressions else "bold green"
-    console.print(f"[{style}]{verdict(c)}[/{style}]", highlight=False)
+    console.print(Text(verdict(c), style=style))
 
 
 def markdown(c: Comparison) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,7 @@ h1 { margin: 0 0 4px; } h2 { margin: 32px 0 8px; border-bottom: 1px solid #ddd; 
 table { border-collapse: collapse; margin: 8px 0; font-size: 13px; }
 th, td { padding: 4px 10px; border-bottom: 1px solid #e4e4e4; text-align: left; vertical-align: top; }
 th { background: #f4f5f7; position: sticky; top: 0; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:nth-child(even) td { background: #fafbfc; }
 .bad { color: #c0392b; font-weight: 600; } .tie { color: #8a6d00; }
 .notes { color: #555; font-size: 13px; margin: 0 0 8px 0; padding-left: 18px; }
@@ -53,10 +54,11 @@ SAMPLES_JS = """
     const r = data[select.value];
     const traces = r.sides.map(function (s, i) {
       return {type: 'violin', name: s.name, y: s.samples, box: {visible: true}, meanline: {visible: true},
-              points: 'all', jitter: 0.4, line: {color: ['#4c72b0', '#dd8452'][i]}};
+              spanmode: 'hard', points: 'all', jitter: 0.4, pointpos: -1.6,
+              line: {color: ['#4c72b0', '#dd8452'][i]}};
     });
     Plotly.react('chart-samples', traces, {
-      title: {text: r.title}, yaxis: {title: {text: 'ms per call'}, rangemode: 'tozero'},
+      title: {text: r.title}, yaxis: {title: {text: 'ms per call (one point a sample)'}, rangemode: 'tozero'},
       margin: {t: 50}, showlegend: false}, {displaylogo: false, responsive: true});
   }
   select.addEventListener('change', draw);
@@ -109,6 +111,7 @@ def speedup_figures(report: Report) -> list[go.Figure]:
         if valid_timing(r):
             by_model[device_model(r) or "unknown device"].append(r)
     figures = []
+    speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
         configs = list(dict.fromkeys(r.config_label for r in rs))
         fig = go.Figure()
@@ -136,16 +139,23 @@ def speedup_figures(report: Report) -> list[go.Figure]:
                     hovertemplate="%{x}<br>" + _e(config) + ": %{y:.2f}x<extra></extra>",
                 )
             )
-        fig.add_hline(
-            y=1.0,
-            line={"color": "#c0392b", "dash": "dash", "width": 1.5},
-            annotation_text="1.0x",
-            annotation_position="top left",
+        fig.add_hline(y=1.0, line={"color": "#c0392b", "dash": "dash", "width": 1.5})
+        fig.add_annotation(  # on a log axis an annotation's y is log10 of the value: 0 is 1.0x
+            text="1.0x: no change",
+            x=0,
+            xref="paper",
+            y=0,
+            yref="y",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font={"color": "#c0392b"},
+            bgcolor="rgba(255, 255, 255, 0.8)",
         )
         fig.update_layout(
             title={"text": f"speedup on {model}"},
             barmode="group",
-            yaxis={"title": {"text": "speedup (log scale)"}, "type": "log"},
+            yaxis={"title": {"text": "speedup (log scale)"}, "type": "log", **_log_ticks(speedups_all, "x")},
             legend={"orientation": "h", "y": -0.25},
             margin={"t": 50, "b": 40},
             height=460,
@@ -159,6 +169,7 @@ def compile_figure(report: Report) -> go.Figure:
     import plotly.graph_objects as go
 
     fig = go.Figure()
+    latencies = [r.compile_latency_s for r in report.results if r.compile_latency_s]
     for i, cache in enumerate(("warm", "cold")):
         rs = [r for r in report.results if r.compile_latency_s and r.compile.cache == cache]
         if not rs:
@@ -181,7 +192,7 @@ def compile_figure(report: Report) -> go.Figure:
     fig.update_layout(
         boxmode="group",
         showlegend=True,
-        yaxis={"title": {"text": "compile latency, s (log scale)"}, "type": "log"},
+        yaxis={"title": {"text": "compile latency, s (log scale)"}, "type": "log", **_log_ticks(latencies)},
         legend={"orientation": "h", "y": -0.25},
         margin={"t": 30, "b": 40},
         height=420,
@@ -229,8 +240,8 @@ def times_figure(report: Report) -> go.Figure:
         )
     )
     fig.update_layout(
-        xaxis={"title": {"text": "eager median, ms"}, "type": "log"},
-        yaxis={"title": {"text": "compiled median, ms (below the line: faster)"}, "type": "log"},
+        xaxis={"title": {"text": "eager median, ms"}, "type": "log", **_log_ticks(values)},
+        yaxis={"title": {"text": "compiled median, ms (below the line: faster)"}, "type": "log", **_log_ticks(values)},
         legend={"orientation": "h", "y": -0.2},
         margin={"t": 30},
         height=480,
@@ -337,6 +348,16 @@ def _empty_figure(message: str) -> go.Figure:
     fig.add_annotation(text=message, showarrow=False, font={"size": 16})
     fig.update_layout(height=200, xaxis={"visible": False}, yaxis={"visible": False})
     return fig
+
+
+def _log_ticks(values: list[float], suffix: str = "") -> dict[str, Any]:
+    """Ticks at 1, 2 and 5 of each decade the values span, labelled plainly (``0.5x``, ``20``)."""
+    values = [v for v in values if v > 0]
+    if not values:
+        return {}
+    low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    ticks = [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+    return {"tickvals": ticks, "ticktext": [f"{t:g}{suffix}" for t in ticks]}
 
 
 def _group_of(r: Result) -> str:

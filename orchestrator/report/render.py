@@ -15,10 +15,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.report.models import DeviceSummary, Report, Summary, group_label
 from orchestrator.report.summary import device_model
 from tasks.models import Result, SideTiming
+from tasks.throughput import achieved
 
 TIE_TEXT = "tie within noise"
 
@@ -59,7 +61,7 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
     headers = ["target", "params", *(["device"] if len(models) > 1 else []), "config"]
     headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s"]
     if work:
-        headers += ["TFLOP/s e/c", "GB/s e/c"]
+        headers += ["TFLOP/s", "GB/s"]  # achieved by the compiled side (eager's: divide by the speedup)
     headers += ["breaks", "status", "notes"]
     rows = []
     for r in results:
@@ -75,10 +77,11 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
             seconds(r.compile_latency_s),
         ]
         if work:
-            row += [_throughput(r, "flops", 1e12), _throughput(r, "bytes", 1e9)]
+            rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
+            row += [rate(rates.tflops), rate(rates.gbps)]
         row += ["-" if r.graph_breaks is None else str(r.graph_breaks), r.status, ", ".join(notes(r))]
         rows.append(row)
-    right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s e/c", "GB/s e/c", "breaks"}
+    right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s", "GB/s", "breaks"}
     return Rows(title, headers, rows, right)
 
 
@@ -190,14 +193,15 @@ def views(report: Report) -> Iterator[Rows]:
 
 
 def rich_table(rows: Rows) -> Table:
-    table = Table(title=rows.title)
+    """The rows as a rich table; cells are plain text (never markup), failures and regressions in red."""
+    table = Table(title=Text(rows.title, style="table.title"))
     for name in rows.headers:
         table.add_column(name, justify="right" if name in rows.right else "left")
-    status = rows.headers.index("status") if "status" in rows.headers else -1
     for row in rows.rows:
-        cells = list(row)
-        if status >= 0 and cells[status] != "ok":
-            cells[status] = f"[red]{cells[status]}[/red]"
+        cells = [
+            Text(cell, style="red" if (header == "status" and cell != "ok") or cell == "REGRESSION" else "")
+            for header, cell in zip(rows.headers, row, strict=True)
+        ]
         table.add_row(*cells)
     return table
 
@@ -214,14 +218,14 @@ def summary_table(summary: Summary) -> Table:
 def print_report(console: Console, report: Report, results: bool = True) -> None:
     """The whole report on a terminal: warnings first, the results, then the summary."""
     for line in headline(report)[:-1]:
-        console.print(f"[bold yellow]{line}[/bold yellow]", highlight=False, soft_wrap=True)
+        console.print(Text(line, style="bold yellow"), soft_wrap=True)
     if results:
         console.print(results_table(report.results, title=report.name))
     for view in views(report):
         console.print(rich_table(view))
         for note in view.notes:
-            console.print(f"  {note}", highlight=False, soft_wrap=True)
-    console.print(headline(report)[-1], highlight=False)
+            console.print(Text(f"  {note}"), soft_wrap=True)
+    console.print(Text(headline(report)[-1]))
 
 
 # ------------------------------------------------------------------------------------- markdown
@@ -260,7 +264,7 @@ CSV_COLUMNS = [
     "compiled_median_ms", "compiled_min_ms", "compiled_iqr_ms", "compiled_n", "compiled_first_call_ms",
     "compiled_peak_memory_bytes", "speedup", "speedup_ci_low", "speedup_ci_high", "memory_ratio",
     "compile_latency_s", "graphs_compiled", "graph_count", "graph_breaks", "recompiled",
-    "flops", "bytes", "compiled_tflops", "compiled_gbps",
+    "flops", "bytes", "eager_tflops", "eager_gbps", "compiled_tflops", "compiled_gbps",
     "attempts", "hostname", "gpu_name", "cpu_model", "started_at", "finished_at",
 ]  # fmt: skip
 
@@ -281,7 +285,8 @@ def csv_row(r: Result) -> dict[str, Any]:
         return {f"{prefix}_{k}": getattr(s, k) if s else None for k in keys}
 
     work, worker, ci = r.work, r.worker, r.speedup_ci
-    compiled_s = r.compiled.median_ms / 1e3 if r.compiled and r.compiled.median_ms > 0 else None
+    eager_rates = achieved(work, r.eager.median_ms if r.eager else None)
+    compiled_rates = achieved(work, r.compiled.median_ms if r.compiled else None)
     return {
         "experiment_id": r.experiment_id,
         "target": r.target,
@@ -316,8 +321,10 @@ def csv_row(r: Result) -> dict[str, Any]:
         "recompiled": r.recompiled,
         "flops": work.flops if work else None,
         "bytes": work.bytes if work else None,
-        "compiled_tflops": work.flops / compiled_s / 1e12 if work and work.flops and compiled_s else None,
-        "compiled_gbps": work.bytes / compiled_s / 1e9 if work and work.bytes and compiled_s else None,
+        "eager_tflops": eager_rates.tflops,
+        "eager_gbps": eager_rates.gbps,
+        "compiled_tflops": compiled_rates.tflops,
+        "compiled_gbps": compiled_rates.gbps,
         "attempts": r.attempts,
         "hostname": worker.hostname if worker else None,
         "gpu_name": worker.gpu_name if worker else None,
@@ -360,6 +367,13 @@ def interval(ci: tuple[float, float] | None) -> str:
     return "-" if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
 
 
+def rate(value: float | None) -> str:
+    """An achieved rate (TFLOP/s, GB/s) to 3 significant digits; what is below 0.001 says so."""
+    if value is None:
+        return "-"
+    return "<0.001" if value < 0.001 else f"{value:.3g}"
+
+
 def params_text(params: dict[str, Any], phase: str = "inference", precision: str = "fp32") -> str:
     return group_label("", params, phase, precision).strip()
 
@@ -367,15 +381,3 @@ def params_text(params: dict[str, Any], phase: str = "inference", precision: str
 def first_line(message: str, limit: int = 160) -> str:
     line = message.strip().splitlines()[0] if message.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
-
-
-def _throughput(r: Result, what: str, unit: float) -> str:
-    """Achieved rate of one call's counted work (flops or bytes) at each side's median time."""
-    amount = getattr(r.work, what) if r.work else None
-    if not amount:
-        return "-"
-    rates = [
-        f"{amount / (side.median_ms / 1e3) / unit:.3g}" if side and side.median_ms > 0 else "-"
-        for side in (r.eager, r.compiled)
-    ]
-    return " / ".join(rates)

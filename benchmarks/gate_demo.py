@@ -1,0 +1,82 @@
+"""The regression gate on real runs: noise passes, a slowed-down target fails.
+
+    python benchmarks/gate_demo.py [--out DIR]
+
+Runs a three-experiment spec three times through the CLI: ``base``, ``again`` (the same code:
+only run-to-run noise differs) and ``slowed`` (``gate_demo.chain`` does 5 rounds of work
+instead of 4, as a code change in a model would; its experiment id is unchanged). Then runs
+``compilebench compare`` on base/again (expect exit 0) and base/slowed (expect exit 1) and prints
+both outputs with their exit codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SLOW_ENV = "GATE_DEMO_SLOW"  # set: chain does 5 rounds instead of 4 (25% more work)
+
+SPEC = """\
+name: gate-demo
+defaults:
+  device: cpu
+  timing: {warmup: 3, repeats: 20}
+experiments:
+  - target: seed.foo3
+    params: {shape: [2048, 2048]}
+  - target: seed.bar_fixed
+    compile: {fullgraph: true}
+  - target: benchmarks.gate_demo:chain
+"""
+
+
+def chain(device: Any, n: int = 2048) -> tuple[Any, tuple[Any, ...]]:
+    """A pointwise chain over an n x n tensor, repeated 4 rounds (5 with GATE_DEMO_SLOW set)."""
+    import torch
+
+    rounds = 5 if os.environ.get(SLOW_ENV) else 4
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        for _ in range(rounds):
+            x = torch.sin(x) + torch.cos(x)
+        return x
+
+    return fn, (torch.randn(n, n, device=device),)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="gate-demo-")))
+    out = parser.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "gate-demo.yaml"
+    spec.write_text(SPEC)
+    for name, env in (("base", {}), ("again", {}), ("slowed", {SLOW_ENV: "1"})):
+        proc = cli("run", str(spec), "--out", str(out / f"{name}.json"), "--overwrite", env=env)
+        if proc.returncode != 0:
+            sys.exit(f"run {name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    for new in ("again", "slowed"):
+        proc = cli("compare", str(out / "base.json"), str(out / f"{new}.json"), env={"COLUMNS": "150"})
+        print(f"$ compilebench compare base.json {new}.json")
+        print(proc.stdout.replace(str(out) + "/", ""), end="")
+        print(f"$ echo $?\n{proc.returncode}\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -2,14 +2,44 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import signal
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.cluster import ClusterInfo, connect, environment
-from orchestrator.journal import Journal, journal_path
+from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
+from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
+from orchestrator.paths import check_out
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
-from orchestrator.spec import Spec, load_spec
+from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
+from tasks.models import Experiment, Result
+
+__all__ = ["DEFAULT_PENDING_TIMEOUT_S", "JournalError", "RunInterrupted", "RunPlan", "run"]
+
+DEFAULT_PENDING_TIMEOUT_S = 900.0  # joining an address: how long a reservation may wait for a node (autoscaling)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run is about to do, once connected: ``on_start`` receives it."""
+
+    spec: Spec  # with ``gpu_models: all`` expanded to the cluster's models
+    cluster: ClusterInfo
+    kept: list[Result]  # results already in the journal (resume), in spec order
+    todo: list[Experiment]  # what runs now, in spec order
+    notes: list[str] = field(default_factory=list)  # one line each: journal lines skipped, ids not in the spec…
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) stopped the run. ``report`` holds what had finished; it was written
+    with ``complete: false``, and the journal keeps every result for a ``resume``."""
+
+    def __init__(self, report: Report) -> None:
+        super().__init__("interrupted")
+        self.report = report
 
 
 def run(
@@ -18,21 +48,124 @@ def run(
     address: str | None = None,
     num_gpus: int | None = None,
     num_cpus: int | None = None,
-    on_start: Callable[[Spec, ClusterInfo], None] | None = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    pending_timeout_s: float | None = None,
+    working_dir: str | Path | None = None,
+    on_start: Callable[[RunPlan], None] | None = None,
     on_result: OnResult | None = None,
 ) -> Report:
-    """Run every experiment of ``spec`` on the cluster and write the report to ``out``.
+    """Run the experiments of ``spec`` on the cluster and write the report to ``out``.
 
-    The spec is validated before anything starts; each result is appended to the journal
-    next to the report as it arrives; the report is written atomically at the end.
+    The journal next to the report (``out.journal.jsonl``) is the run's source of truth: each
+    result is appended to it as it arrives, and the report is built from the spec and what
+    the journal holds, each experiment once, in spec order. A journal that already holds
+    results makes the run refuse (``JournalError``) before anything starts, unless ``resume``
+    (keep them; run only the experiments they do not cover) or ``overwrite`` (start over).
+
+    ``pending_timeout_s``: how long an experiment no current node can hold waits for one to
+    join (an autoscaling cluster); default ``DEFAULT_PENDING_TIMEOUT_S`` with an ``address``,
+    0 for a local instance. ``working_dir`` is shipped to the cluster for user targets;
+    default: the current directory when an ``address`` is given and the spec names a target
+    by import path (unless a submitted job already ships one).
+
+    Ctrl-C or SIGTERM writes the report of what finished, ``complete: false``, and raises
+    ``RunInterrupted`` (a ``KeyboardInterrupt``) carrying it.
     """
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    out = Path(out)
-    cluster = connect(address, num_gpus=num_gpus, num_cpus=num_cpus)
-    if on_start is not None:
-        on_start(spec, cluster)
-    with Journal(journal_path(out)) as journal:
-        results = run_experiments(spec.experiments, cluster, journal=journal, on_result=on_result)
-    report = build_report(spec.name, spec.source, results, environment(cluster))
+    out = check_out(Path(out).expanduser())  # OutPathError before Ray starts, not after the sweep
+    with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
+        cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
+        plan = make_plan(spec, cluster, journal.previous)
+        if on_start is not None:
+            on_start(plan)
+        pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0
+        try:
+            with sigterm_as_interrupt():
+                run_experiments(plan.todo, cluster, journal=journal, on_result=on_result, pending_timeout_s=pending)
+        except KeyboardInterrupt:
+            raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out)) from None
+        return write(plan.spec, read_journal(journal.path), cluster, out)
+
+
+def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:
+    """Expand ``gpu_models: all``, then split the experiments into those the journal holds and the rest."""
+    experiments, notes = expand_all_gpu_models(spec.experiments, cluster)
+    spec = replace(spec, experiments=experiments)
+    notes += previous.warnings
+    ids = {e.id for e in experiments}
+    stale = [i for i in previous.results if i not in ids]
+    if stale:
+        notes.append(
+            f"the journal holds {len(stale)} result(s) of experiments not in this spec "
+            "(was the spec changed?); they stay in the journal, not in the report"
+        )
+    kept = [previous.results[e.id] for e in experiments if e.id in previous.results]
+    todo = [e for e in experiments if e.id not in previous.results]
+    return RunPlan(spec=spec, cluster=cluster, kept=kept, todo=todo, notes=notes)
+
+
+def expand_all_gpu_models(
+    experiments: Sequence[Experiment], cluster: ClusterInfo
+) -> tuple[list[Experiment], list[str]]:
+    """Each experiment of ``gpu_model: all`` once per GPU model the cluster's nodes advertise.
+
+    With none advertised (a local instance, or an autoscaling cluster whose GPU nodes have not
+    joined yet), such an experiment runs once on any GPU, and a note says so; an experiment
+    that then repeats another of the spec is kept once.
+    """
+    if not any(e.gpu_model == ALL_GPU_MODELS for e in experiments):
+        return list(experiments), []
+    models: list[str | None] = list(cluster.gpu_models) or [None]
+    notes = []
+    if models == [None]:
+        notes.append(
+            "gpu_models: all: no node advertises a GPU model (accelerator_type:<MODEL>), so those experiments run "
+            "once on any GPU; on an autoscaling cluster, name the models instead"
+        )
+    out: list[Experiment] = []
+    seen: set[str] = set()
+    for exp in experiments:
+        expanded = [exp.model_copy(update={"gpu_model": m}) for m in models]
+        for each in expanded if exp.gpu_model == ALL_GPU_MODELS else [exp]:
+            if each.id not in seen:
+                seen.add(each.id)
+                out.append(each)
+    return out, notes
+
+
+def default_working_dir(working_dir: str | Path | None, spec: Spec, address: str | None) -> Path | None:
+    """The directory shipped to the cluster: the one given, else the current one when the
+    workers are remote (an ``address``) and the spec names a target by import path."""
+    if working_dir is not None:
+        return Path(working_dir)
+    if address and any(":" in e.target for e in spec.experiments) and not submitted_job_working_dir():
+        return Path.cwd()
+    return None
+
+
+def write(spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Path) -> Report:
+    """The report: a function of the spec and the journal, each experiment once, in spec order."""
+    results = [journal.results[e.id] for e in spec.experiments if e.id in journal.results]
+    complete = len(results) == len(spec.experiments)
+    report = build_report(spec.name, spec.source, results, environment(cluster, results), complete=complete)
     write_report(report, out)
     return report
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``ray job stop``) raises KeyboardInterrupt, as Ctrl-C does, while the run lasts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -1,0 +1,126 @@
+"""The journal: appended, never truncated silently, read back line by line; one writer at a time."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.journal import Journal, JournalError, journal_path, read_journal
+from tasks.models import CompileConfig, Result, TimingConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def result(experiment_id: str, started_at: float = 1.0, status: str = "ok") -> Result:
+    return Result(
+        experiment_id=experiment_id,
+        target="seed.foo",
+        params={},
+        device="cpu",
+        compile=CompileConfig(),
+        timing=TimingConfig(),
+        seed=0,
+        status=status,  # type: ignore[arg-type]
+        started_at=started_at,
+        finished_at=started_at + 1,
+    )
+
+
+def test_journal_sits_next_to_the_report(tmp_path):
+    assert journal_path(tmp_path / "out" / "seed.json") == tmp_path / "out" / "seed.journal.jsonl"
+
+
+def test_appends_read_back_in_order(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        journal.append(result("a"))
+        journal.append(result("b"))
+    contents = read_journal(path)
+    assert list(contents.results) == ["a", "b"] and contents.warnings == []
+    assert read_journal(tmp_path / "missing.jsonl").results == {}
+
+
+def test_an_earlier_journal_is_refused_kept_or_emptied_only_when_asked(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        journal.append(result("a"))
+    with pytest.raises(JournalError) as refused:
+        Journal(path)
+    assert str(refused.value) == (
+        f"{path} already holds 1 result(s) of an earlier run: "
+        "pass --resume to keep them and run the rest, or --overwrite to start over"
+    )
+    assert len(read_journal(path)) == 1  # refusing touched nothing
+
+    with Journal(path, resume=True) as journal:
+        assert list(journal.previous.results) == ["a"]
+        journal.append(result("b"))
+    assert list(read_journal(path).results) == ["a", "b"]
+
+    with Journal(path, overwrite=True) as journal:
+        assert len(journal.previous) == 0
+    assert path.read_bytes() == b""
+    with Journal(path):  # an empty journal holds nothing to lose
+        pass
+    with pytest.raises(JournalError, match="exclude each other"):
+        Journal(path, resume=True, overwrite=True)
+
+
+def test_a_line_cut_by_a_kill_is_skipped_with_a_warning_and_appends_start_on_a_new_line(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        journal.append(result("a"))
+    line = result("b").model_dump_json()
+    with path.open("a") as f:
+        f.write(line[: len(line) // 2])  # the driver died mid-write
+    contents = read_journal(path)
+    assert list(contents.results) == ["a"]
+    assert contents.warnings == [
+        "r.journal.jsonl: skipped line 2, which is not a result (cut short, as by a driver killed while writing it)"
+    ]
+    with Journal(path, resume=True) as journal:
+        journal.append(result("b"))
+    contents = read_journal(path)
+    assert list(contents.results) == ["a", "b"]
+    assert len(contents.warnings) == 1 and "skipped line 2" in contents.warnings[0]
+
+
+def test_first_result_of_an_id_wins_and_garbage_is_named(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    path.write_text(
+        "\n".join([result("a", 1.0).model_dump_json(), "{not json", result("a", 2.0).model_dump_json(), ""])
+    )
+    contents = read_journal(path)
+    assert contents.results["a"].started_at == 1.0
+    assert contents.warnings[0].startswith("r.journal.jsonl: skipped line 2, which is not a result (")
+    assert contents.warnings[1] == (
+        "r.journal.jsonl: 1 repeated result(s) of an experiment already in the journal; kept the first"
+    )
+
+
+def test_one_writer_at_a_time_and_the_lock_dies_with_its_process(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path), pytest.raises(JournalError, match="being written by another compilebench run"):
+        Journal(path, resume=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from orchestrator.journal import Journal; "
+            f"j = Journal(Path({str(path)!r}), resume=True); print('locked', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(JournalError, match="another compilebench run"):
+            Journal(path, resume=True)
+    finally:
+        holder.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock with the process
+        holder.wait()
+    Journal(path, resume=True).close()  # the holder is gone, and so is its lock

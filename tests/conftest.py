@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,3 +40,32 @@ def write_spec(tmp_path: Path):
         return path
 
     return write
+
+
+@contextmanager
+def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
+    """Several Ray nodes on this machine (``ray.cluster_utils.Cluster``), this process joined to
+    them, for one test module: ``nodes`` are ``Cluster.add_node`` arguments (logical GPUs, and
+    ``resources={"accelerator_type:A100": 1}`` for a GPU model). One process joins one Ray at a
+    time: the session's local instance, if started, is shut down first and started again after."""
+    import logging
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from orchestrator.cluster import connect
+
+    had_local = ray.is_initialized()
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus})
+    try:
+        for args in nodes:
+            cluster.add_node(**args)
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if had_local:
+            connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)

@@ -1,4 +1,5 @@
-"""Scheduling on a real local Ray: one GPU per experiment, reservations, failures as results."""
+"""Running sweeps on a real local Ray (4 CPUs, 4 logical GPUs) with the real procedure:
+one long-lived worker per GPU, cores, caches and fresh processes, failures as results."""
 
 from __future__ import annotations
 
@@ -7,12 +8,11 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from orchestrator.cluster import ClusterInfo, Node
 from orchestrator.journal import Journal
-from orchestrator.runner import Reservation, reservation, run_experiments
+from orchestrator.runner import run_experiments
 from tasks.models import Experiment, Result
 
-from .conftest import RAY_CPUS
+from .conftest import RAY_CPUS, RAY_GPUS
 
 
 def sleepy(seed: int, **kw) -> Experiment:
@@ -31,8 +31,15 @@ def overlaps(results: list[Result]) -> list[tuple[str, str]]:
     return [(a[2], b[2]) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
 
 
-def test_eight_experiments_on_four_gpus_use_every_gpu_and_never_share_one(ray_cluster):
-    results = run_experiments([sleepy(seed) for seed in range(8)], ray_cluster)
+def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cluster, tmp_path):
+    """The first four experiments wait in their factory until four run at once: so every GPU
+    has a worker, and none runs two experiments at a time."""
+    barrier = {"folder": str(tmp_path / "barrier"), "parties": RAY_GPUS}
+    experiments = [
+        *(Experiment(target="tests.fault_targets:make_barrier", params=barrier, seed=s) for s in range(4)),
+        *(sleepy(seed) for seed in range(4)),
+    ]
+    results = run_experiments(experiments, ray_cluster)
     assert [r.status for r in results] == ["ok"] * 8, [r.error for r in results]
     by_gpu: dict[str, list[Result]] = defaultdict(list)
     for r in results:
@@ -41,9 +48,12 @@ def test_eight_experiments_on_four_gpus_use_every_gpu_and_never_share_one(ray_cl
     assert sorted(by_gpu) == ["0", "1", "2", "3"]
     for gpu, rs in by_gpu.items():
         assert overlaps(rs) == [], f"two experiments overlapped on GPU {gpu}"
+        assert len({r.worker.pid for r in rs}) == 1  # one worker process per GPU, for the whole sweep
+        first, *later = sorted(rs, key=lambda r: r.started_at)
+        assert first.measurement.fresh_process and not any(r.measurement.fresh_process for r in later)
     assert all(r.device == "cpu" for r in results)  # logical GPUs: pinned, but run on the CPU
-    assert len({r.worker.pid for r in results}) == 8  # a fresh process for every GPU task
-    assert all(r.measurement.fresh_process for r in results)
+    assert all(r.reserved.gpus == 1 and r.reserved.cpus == RAY_CPUS // RAY_GPUS for r in results)
+    assert all(r.attempts == 1 for r in results)
 
 
 def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(ray_cluster):
@@ -52,20 +62,6 @@ def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(ray_cluste
     assert overlaps(results) == []
     assert all(r.worker.gpu_ids == [] for r in results)
     assert all(1 <= r.worker.threads <= RAY_CPUS for r in results)
-
-
-def test_reservation_defaults():
-    one = ClusterInfo(address=None, nodes=[Node(node_id="a", hostname="h", address="", cpus=8, gpus=0, gpu_models=[])])
-    gpu = ClusterInfo(
-        address=None,
-        nodes=[*one.nodes, Node(node_id="b", hostname="g", address="", cpus=16, gpus=2, gpu_models=["H100"])],
-    )
-    assert reservation(Experiment(target="seed.foo"), one) == Reservation(cpus=8, gpus=0)
-    assert reservation(Experiment(target="seed.foo"), gpu) == Reservation(cpus=1, gpus=1)
-    assert reservation(Experiment(target="seed.foo", device="cpu"), gpu) == Reservation(cpus=8, gpus=0)
-    assert reservation(Experiment(target="seed.foo", device="cuda"), one) == Reservation(cpus=1, gpus=1)
-    explicit = Experiment(target="seed.foo", device="cuda", resources={"gpus": 2, "cpus": 4})
-    assert reservation(explicit, gpu) == Reservation(cpus=4, gpus=2)
 
 
 def test_failures_are_results_and_the_sweep_goes_on(ray_cluster, tmp_path):
@@ -79,10 +75,11 @@ def test_failures_are_results_and_the_sweep_goes_on(ray_cluster, tmp_path):
     with Journal(tmp_path / "j.jsonl") as journal:
         results = run_experiments(experiments, ray_cluster, journal=journal, on_result=seen.append)
     crash, unschedulable, broken, fine = results
-    assert crash.status == "runtime_error" and "WorkerCrashedError" in crash.error.type
-    assert unschedulable.status == "runtime_error" and unschedulable.error.type == "Unschedulable"
+    assert crash.status == "crashed" and crash.attempts == 2 and crash.error.type == "ray.exceptions.ActorDiedError"
+    assert unschedulable.status == "unschedulable" and unschedulable.error.type == "Unschedulable"
     assert unschedulable.error.message == "needs 9 GPU(s) on one node; the largest node has 4"
     assert broken.status == "runtime_error" and broken.error.message == "this factory cannot build its target"
+    assert broken.attempts == 1  # an exception of the target is a result, not retried
     assert fine.status == "ok"
     assert [r.experiment_id for r in results] == [e.id for e in experiments]  # spec order
     lines = (tmp_path / "j.jsonl").read_text().splitlines()
@@ -106,6 +103,8 @@ def test_cold_compile_is_several_times_the_warm_one(ray_cluster):
     assert [r.status for r in (warm_up, cold, warm)] == ["ok"] * 3, [r.error for r in (warm_up, cold, warm)]
     assert cold.experiment_id != foo3("warm").id  # the cache state is part of the experiment
     assert cold.measurement.cache == "cold" and cold.measurement.fresh_process
+    assert cold.worker.pid not in {warm_up.worker.pid, warm.worker.pid}  # its own process, the worker lives on
+    assert warm.worker.pid == warm_up.worker.pid and not warm.measurement.fresh_process
     assert not Path(cold.measurement.cache_dir).exists()  # a cold directory lives as long as its experiment
     assert warm.measurement.cache_dir == warm_up.measurement.cache_dir
     assert cold.compile_latency_s > 2 * warm.compile_latency_s, (cold.compile_latency_s, warm.compile_latency_s)

@@ -1,0 +1,536 @@
+"""The scheduling policy: which worker each experiment runs on, and what a fault does to it.
+
+Plain code over plain data, no Ray: the runner tells a ``Scheduler`` what happened (the nodes
+it sees, a worker ready, a result, a death, the clock) and carries out the ``Plan`` it returns
+(start or retire workers, dispatch experiments, record results, ask the autoscaler for
+capacity). Tests drive it with made-up nodes and events.
+
+- **Workers** are long-lived, one per GPU by default, each holding a ``Shape`` (GPUs and cores)
+  on one node for life. A worker runs experiments of its shape one after another; one asking
+  for a ``gpu_model`` runs only on a worker whose node has that model.
+- **Placement** fills the nodes: while experiments of a shape wait, start workers of that shape
+  wherever one fits in what our workers leave free. An idle worker that no waiting experiment
+  can use is retired when another shape needs its room (GPU workers make way for CPU ones).
+- **Faults.** A worker that dies mid-experiment (segfault, ``os._exit``, SIGKILL, the kernel's
+  OOM killer, its node lost) sends the experiment back to the front of the queue, up to
+  ``retries`` times, then records it ``crashed``; each try counts in ``attempts``. An experiment
+  past ``timeout_s`` (counted from its dispatch to an idle, ready worker) is recorded ``timeout``
+  and its worker replaced; never retried. Ray's memory monitor killing the worker (host memory
+  exhausted) is recorded ``oom``, not retried: the next try would exhaust it again.
+  Exceptions raised by the target are results of the worker, not faults.
+- **Unschedulable**: an experiment that no node could hold even empty (too many GPUs or cores,
+  a GPU model no node has, or only nodes where workers repeatedly failed to start) waits up to
+  ``pending_timeout_s`` for a node that fits to join (0: recorded at once), then is recorded
+  ``unschedulable``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from orchestrator.report.models import Node
+from tasks.models import ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo
+
+MAX_START_FAILURES = 3  # consecutive worker start failures after which a node is no longer used
+MODEL_RESOURCE_SHARE = 0.001  # what a task asks of a node's ``accelerator_type:<MODEL>`` resource (Ray's convention)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a worker holds for life: ``gpus`` devices and ``cpus`` cores (None: the node's share).
+
+    The node's share is, for a GPU worker, the node's cores divided by its GPUs (rounded down;
+    an equal fraction when a node declares fewer cores than GPUs, as a local instance with
+    logical GPUs may), times its GPUs; for a CPU worker, every core of the node, so that CPU
+    experiments on a node are timed one at a time.
+    """
+
+    gpus: int
+    cpus: int | None = None
+
+    def cpus_on(self, node: Node) -> float:
+        """The CPUs a worker of this shape reserves on ``node`` (Ray's ``num_cpus``)."""
+        if self.cpus is not None:
+            return float(self.cpus)
+        if self.gpus == 0:
+            return float(node.cpus)
+        if node.gpus == 0:
+            return 0.0
+        share = node.cpus / node.gpus
+        return self.gpus * (float(int(share)) if share >= 1 else int(share * 1e4) / 1e4)  # Ray counts in 1e-4
+
+    def cores_on(self, node: Node) -> int:
+        """The cores such a worker claims and pins to (at least one)."""
+        return max(1, int(self.cpus_on(node)))
+
+    def fits(self, node: Node) -> bool:
+        """Whether an empty ``node`` can hold a worker of this shape."""
+        cpus = self.cpus_on(node)
+        return self.gpus <= node.gpus and cpus <= node.cpus and (self.gpus > 0 or cpus > 0)
+
+    def bundle(self, gpu_model: str | None) -> dict[str, float]:
+        """The resources to ask the autoscaler for, to hold one such worker."""
+        bundle: dict[str, float] = {"CPU": float(self.cpus or 1)}
+        if self.gpus:
+            bundle["GPU"] = float(self.gpus)
+        if gpu_model:
+            bundle[f"accelerator_type:{gpu_model}"] = MODEL_RESOURCE_SHARE
+        return bundle
+
+
+def node_model(node: Node) -> str | None:
+    """The node's GPU model (its ``accelerator_type``), or None."""
+    return node.gpu_models[0] if node.gpu_models else None
+
+
+def shape_of(exp: Experiment, gpus_seen: bool | None) -> Shape | None:
+    """The worker shape ``exp`` runs on. ``device: auto`` means a GPU when the cluster has one;
+    ``gpus_seen`` is None while no node has any CPU or GPU to judge by (the shape is then None:
+    decided once nodes join)."""
+    gpus = exp.resources.gpus
+    if gpus is None:
+        if exp.device == "cuda" or exp.gpu_model is not None:
+            gpus = 1
+        elif exp.device == "cpu":
+            gpus = 0
+        elif gpus_seen is None:
+            return None
+        else:
+            gpus = 1 if gpus_seen else 0
+    return Shape(gpus=gpus, cpus=exp.resources.cpus)
+
+
+Need = tuple[Shape, str | None]  # a worker shape and the GPU model asked for (None: any)
+
+
+@dataclass(eq=False)
+class Entry:
+    """One experiment in the queue and where it stands."""
+
+    index: int  # position in the spec
+    exp: Experiment
+    shape: Shape | None = None  # None until ``device: auto`` can be decided
+    attempts: int = 0  # dispatches so far
+    state: Literal["pending", "running", "done"] = "pending"
+
+    @property
+    def need(self) -> Need:
+        assert self.shape is not None
+        return (self.shape, self.exp.gpu_model)
+
+
+@dataclass(eq=False)
+class WorkerView:
+    """A worker as the policy sees it: where it is, what it holds, what it is doing."""
+
+    id: int
+    node: Node
+    shape: Shape
+    cpus: float  # reserved (Ray's num_cpus)
+    cores: int  # claimed and pinned by each experiment it runs
+    state: Literal["starting", "idle", "busy"] = "starting"
+    entry: Entry | None = None
+    deadline: float | None = None
+    started_at: float | None = None
+    hostname: str | None = None
+    pid: int | None = None
+    gpu_ids: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_model(self) -> str | None:
+        """The model of its node's GPUs (what experiments asking for a model are matched on)."""
+        return node_model(self.node)
+
+    @property
+    def device_model(self) -> str | None:
+        """The model of the GPUs it holds: None for a CPU worker."""
+        return self.gpu_model if self.shape.gpus else None
+
+    def serves(self, need: Need) -> bool:
+        shape, model = need
+        return shape == self.shape and (model is None or model == self.gpu_model)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Start a worker on a node, holding ``gpus`` GPUs and ``cpus`` CPUs for life."""
+
+    worker_id: int
+    node_id: str
+    gpus: int
+    cpus: float
+    cores: int
+    gpu_model: str | None
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Run ``experiment`` on an idle worker."""
+
+    worker_id: int
+    experiment: Experiment
+
+
+@dataclass
+class Plan:
+    start: list[Start] = field(default_factory=list)
+    retire: list[int] = field(default_factory=list)
+    dispatch: list[Dispatch] = field(default_factory=list)
+    results: list[Result] = field(default_factory=list)  # final: unschedulable experiments
+    bundles: list[dict[str, float]] = field(default_factory=list)  # the capacity the sweep wants, for the autoscaler
+
+
+class Queue:
+    """The experiments of a sweep with their state; waiting ones by what they need, in spec order."""
+
+    def __init__(self, experiments: Sequence[Experiment]) -> None:
+        self.entries = [Entry(i, exp) for i, exp in enumerate(experiments)]
+        self.unresolved: deque[Entry] = deque(self.entries)  # shape not decided yet
+        self.waiting: dict[Need, deque[Entry]] = {}
+        self.remaining = len(self.entries)
+
+    def resolve(self, gpus_seen: bool | None) -> None:
+        """Decide the shape of every entry that can now be decided."""
+        still: deque[Entry] = deque()
+        for entry in self.unresolved:
+            entry.shape = shape_of(entry.exp, gpus_seen)
+            if entry.shape is None:
+                still.append(entry)
+            else:
+                self.waiting.setdefault(entry.need, deque()).append(entry)
+        self.unresolved = still
+
+    def requeue(self, entry: Entry) -> None:
+        """Back to the front: a retry runs before experiments that have not started."""
+        entry.state = "pending"
+        self.waiting.setdefault(entry.need, deque()).appendleft(entry)
+
+    def take_for(self, worker: WorkerView) -> Entry | None:
+        """The earliest waiting entry this worker can run (a retry first)."""
+        candidates = [q for need, q in self.waiting.items() if q and worker.serves(need)]
+        if not candidates:
+            return None
+        queue = min(candidates, key=lambda q: (q[0].attempts == 0, q[0].index))
+        return queue.popleft()
+
+    def demand(self) -> dict[Need, int]:
+        """How many entries wait per need, the need with the earliest waiting entry first."""
+        queues = sorted((q[0].attempts == 0, q[0].index, need, len(q)) for need, q in self.waiting.items() if q)
+        return {need: count for _, _, need, count in queues}
+
+    def drop(self, need: Need | None) -> list[Entry]:
+        """Remove and return every waiting entry of ``need`` (None: the unresolved ones)."""
+        if need is None:
+            dropped, self.unresolved = list(self.unresolved), deque()
+        else:
+            dropped = list(self.waiting.pop(need, ()))
+        return dropped
+
+    def done(self, entry: Entry) -> None:
+        entry.state = "done"
+        self.remaining -= 1
+
+
+class Scheduler:
+    """The state of one sweep and the decisions about it. See the module docstring."""
+
+    def __init__(self, experiments: Sequence[Experiment], *, pending_timeout_s: float = 0.0) -> None:
+        self.queue = Queue(experiments)
+        self.pending_timeout_s = pending_timeout_s
+        self.nodes: dict[str, Node] = {}
+        self.workers: dict[int, WorkerView] = {}
+        self._next_worker = 0
+        self._unfit_since: dict[Need | None, float] = {}
+        self._start_failures: Counter[str] = Counter()  # consecutive, per node
+        self.broken: dict[str, str] = {}  # node id -> why its workers could not start
+
+    @property
+    def done(self) -> bool:
+        return self.queue.remaining == 0
+
+    # -- what the runner reports ---------------------------------------------------------
+
+    def observe_nodes(self, nodes: Iterable[Node]) -> None:
+        """The cluster's alive nodes now. A node that left takes its workers with it: the pool
+        reports their deaths, which decide what happens to their experiments."""
+        self.nodes = {n.node_id: n for n in nodes}
+        if self.queue.unresolved:
+            self.queue.resolve(self._gpus_seen())
+
+    def worker_ready(self, worker_id: int, hostname: str, pid: int, gpu_ids: Sequence[str]) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        worker.state, worker.hostname, worker.pid, worker.gpu_ids = "idle", hostname, pid, list(gpu_ids)
+        self._start_failures[worker.node.node_id] = 0
+
+    def finished(self, worker_id: int, result: Result) -> Result:
+        """The worker returned a result (any status: a failing target is a result)."""
+        worker = self.workers[worker_id]
+        entry = worker.entry
+        assert entry is not None
+        self._free(worker)
+        self.queue.done(entry)
+        result.attempts = entry.attempts
+        result.requested = entry.exp.resources
+        result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
+        return result
+
+    def died(
+        self, worker_id: int, error: ErrorInfo, now: float, *, oom: bool = False, alive: bool = False
+    ) -> Result | None:
+        """The worker's process (or, with ``alive``, the fresh process it ran the experiment in)
+        died. The experiment is retried, or its final result returned."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return None
+        entry = worker.entry
+        if alive:
+            self._free(worker)
+        else:
+            del self.workers[worker_id]
+            if worker.state == "starting":
+                self._start_failed(worker, error)
+        if entry is None:
+            return None
+        if oom:
+            return self._final(entry, "oom", error, worker, now)
+        if entry.attempts <= entry.exp.retries:
+            self.queue.requeue(entry)
+            return None
+        return self._final(entry, "crashed", error, worker, now)
+
+    def expired(self, now: float) -> list[tuple[int, Result]]:
+        """Workers whose experiment passed its deadline, with the experiment's ``timeout`` result.
+        The runner kills them; they are forgotten here (a replacement starts if needed)."""
+        out = []
+        for worker in [w for w in self.workers.values() if w.deadline is not None and now >= w.deadline]:
+            entry = worker.entry
+            assert entry is not None
+            del self.workers[worker.id]
+            message = f"passed timeout_s={entry.exp.timeout_s:g} s; its worker was killed and replaced"
+            error = ErrorInfo(type="Timeout", message=message)
+            out.append((worker.id, self._final(entry, "timeout", error, worker, now)))
+        return out
+
+    def next_deadline(self) -> float | None:
+        return min((w.deadline for w in self.workers.values() if w.deadline is not None), default=None)
+
+    # -- what to do next -----------------------------------------------------------------
+
+    def plan(self, now: float) -> Plan:
+        """Dispatch to idle workers; record what can never run; start and retire workers."""
+        plan = Plan()
+        self._dispatch(plan, now)
+        self._unschedulable(plan, now)
+        demand = self.queue.demand()
+        unplaced = self._start(plan, demand)
+        if unplaced and self._retire(plan, unplaced, demand):
+            unplaced = self._start(plan, demand)  # starting workers, new ones included, are subtracted again
+        if self.pending_timeout_s > 0:
+            plan.bundles = self._bundles(unplaced)
+        return plan
+
+    def _dispatch(self, plan: Plan, now: float) -> None:
+        for worker in self.workers.values():
+            if worker.state != "idle":
+                continue
+            entry = self.queue.take_for(worker)
+            if entry is None:
+                continue
+            entry.state, entry.attempts = "running", entry.attempts + 1
+            worker.state, worker.entry, worker.started_at = "busy", entry, now
+            worker.deadline = now + entry.exp.timeout_s
+            plan.dispatch.append(Dispatch(worker.id, entry.exp))
+
+    def _unschedulable(self, plan: Plan, now: float) -> None:
+        """Waiting experiments that no node can hold: after ``pending_timeout_s``, recorded."""
+        needs: list[Need | None] = [need for need, q in self.queue.waiting.items() if q]
+        if self.queue.unresolved:
+            needs.append(None)
+        for need in needs:
+            why = self._why_unfit(need)
+            if why is None:
+                self._unfit_since.pop(need, None)
+                continue
+            since = self._unfit_since.setdefault(need, now)
+            if now - since < self.pending_timeout_s:
+                continue
+            if self.pending_timeout_s > 0:
+                why += f" (waited {self.pending_timeout_s:g} s for a node that fits)"
+            self._unfit_since.pop(need, None)
+            for entry in self.queue.drop(need):
+                error = ErrorInfo(type="Unschedulable", message=why)
+                plan.results.append(self._final(entry, "unschedulable", error, None, now))
+
+    def _why_unfit(self, need: Need | None) -> str | None:
+        """Why no usable node could hold ``need`` even empty, or None if one could."""
+        nodes = [n for n in self.nodes.values() if n.node_id not in self.broken]
+        if need is None:
+            return None if self._gpus_seen() is not None else "no node with CPUs or GPUs has joined the cluster"
+        shape, model = need
+        if any(shape.fits(n) and (model is None or node_model(n) == model) for n in nodes):
+            return None
+        if model is not None and not any(node_model(n) == model for n in self.nodes.values()):
+            models = sorted({m for n in self.nodes.values() for m in n.gpu_models})
+            return f"needs a {model!r} GPU; the cluster's GPU models are {', '.join(models) or 'none'}"
+        if any(shape.fits(n) and (model is None or node_model(n) == model) for n in self.nodes.values()):
+            reasons = "; ".join(f"node {node_id[:8]}: {why}" for node_id, why in self.broken.items())
+            return f"workers could not start on the nodes that fit ({reasons})"
+        candidates = [n for n in self.nodes.values() if model is None or node_model(n) == model]
+        most_gpus = max((n.gpus for n in candidates), default=0)
+        if shape.gpus > most_gpus:
+            return f"needs {shape.gpus} GPU(s) on one node; the largest node has {most_gpus}"
+        most_cpus = max((n.cpus for n in candidates if n.gpus >= shape.gpus), default=0)
+        return f"needs {shape.cpus or 1} CPU(s) on one node; the largest node has {most_cpus}"
+
+    def _start(self, plan: Plan, demand: dict[Need, int]) -> dict[Need, int]:
+        """Start workers for the waiting experiments that starting workers will not take, where
+        they fit; what could not be placed is returned."""
+        unplaced: dict[Need, int] = {}
+        free = self._free_capacity()
+        for need, count in self._deficits(demand).items():
+            shape, model = need
+            while count > 0:
+                node = self._place(shape, model, free)
+                if node is None:
+                    unplaced[need] = count
+                    break
+                worker = self._new_worker(node, shape)
+                free[node.node_id] = (free[node.node_id][0] - shape.gpus, free[node.node_id][1] - worker.cpus)
+                plan.start.append(
+                    Start(worker.id, node.node_id, shape.gpus, worker.cpus, worker.cores, worker.device_model)
+                )
+                count -= 1
+        return unplaced
+
+    def _deficits(self, demand: dict[Need, int]) -> dict[Need, int]:
+        """Waiting experiments per need beyond what starting workers will take (a starting worker
+        on a model's node goes to that model's experiments first)."""
+        deficits: dict[Need, int] = {}
+        for shape in dict.fromkeys(shape for shape, _ in demand):  # in the order of demand
+            spare = Counter(w.gpu_model for w in self.workers.values() if w.state == "starting" and w.shape == shape)
+            for (s, model), count in demand.items():
+                if s == shape and model is not None:
+                    used = min(count, spare[model])
+                    spare[model] -= used
+                    deficits[(s, model)] = count - used
+            if (shape, None) in demand:
+                deficits[(shape, None)] = max(0, demand[(shape, None)] - sum(spare.values()))
+        return {need: count for need, count in deficits.items() if count > 0}
+
+    def _place(self, shape: Shape, model: str | None, free: dict[str, tuple[float, float]]) -> Node | None:
+        """The usable node with the most room where a worker of ``shape`` fits now."""
+        best = None
+        for node in self.nodes.values():
+            if node.node_id in self.broken or (model is not None and node_model(node) != model):
+                continue
+            if not shape.fits(node):
+                continue
+            gpus, cpus = free[node.node_id]
+            room = shape.gpus <= gpus and shape.cpus_on(node) <= cpus + 1e-9
+            if room and (best is None or free[best.node_id] < (gpus, cpus)):
+                best = node
+        return best
+
+    def _retire(self, plan: Plan, unplaced: dict[Need, int], demand: dict[Need, int]) -> bool:
+        """Retire idle workers no waiting experiment can use, on nodes where an unplaced need
+        would fit; whether any was retired."""
+        useful_nodes = {
+            n.node_id
+            for n in self.nodes.values()
+            for shape, model in unplaced
+            if shape.fits(n) and (model is None or node_model(n) == model)
+        }
+        retired = [
+            w
+            for w in self.workers.values()
+            if w.state == "idle" and w.node.node_id in useful_nodes and not any(w.serves(need) for need in demand)
+        ]
+        for worker in retired:
+            del self.workers[worker.id]
+            plan.retire.append(worker.id)
+        return bool(retired)
+
+    def _bundles(self, unplaced: dict[Need, int]) -> list[dict[str, float]]:
+        """The capacity to ask the autoscaler for: our workers and the workers still wanted.
+        (``request_resources`` sets a floor on the cluster's size; it does not add to it.)"""
+        bundles = [w.shape.bundle(w.gpu_model) for w in self.workers.values()]
+        for (shape, model), count in unplaced.items():
+            bundles += [shape.bundle(model)] * count
+        bundles += [{"CPU": 1.0, "GPU": 1.0}] * len(self.queue.unresolved)  # device auto, no node yet: ask for a GPU
+        return bundles
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _gpus_seen(self) -> bool | None:
+        usable = [n for n in self.nodes.values() if n.cpus or n.gpus]
+        return None if not usable else any(n.gpus for n in usable)
+
+    def _free_capacity(self) -> dict[str, tuple[float, float]]:
+        free = {n.node_id: (float(n.gpus), float(n.cpus)) for n in self.nodes.values()}
+        for w in self.workers.values():
+            if w.node.node_id in free:
+                gpus, cpus = free[w.node.node_id]
+                free[w.node.node_id] = (gpus - w.shape.gpus, cpus - w.cpus)
+        return free
+
+    def _new_worker(self, node: Node, shape: Shape) -> WorkerView:
+        worker = WorkerView(self._next_worker, node, shape, cpus=shape.cpus_on(node), cores=shape.cores_on(node))
+        self.workers[worker.id] = worker
+        self._next_worker += 1
+        return worker
+
+    def _free(self, worker: WorkerView) -> None:
+        worker.state, worker.entry, worker.deadline, worker.started_at = "idle", None, None, None
+
+    def _start_failed(self, worker: WorkerView, error: ErrorInfo) -> None:
+        node_id = worker.node.node_id
+        self._start_failures[node_id] += 1
+        if self._start_failures[node_id] >= MAX_START_FAILURES and node_id in self.nodes:
+            self.broken[node_id] = f"{error.type}: {error.message.splitlines()[0] if error.message else ''}"
+
+    def _final(self, entry: Entry, status: Status, error: ErrorInfo, worker: WorkerView | None, now: float) -> Result:
+        self.queue.done(entry)
+        started = worker.started_at if worker is not None and worker.started_at is not None else now
+        result = failed_result(entry.exp, status, error, started_at=started, finished_at=now)
+        result.attempts = entry.attempts
+        result.requested = entry.exp.resources
+        if worker is not None:
+            result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
+            if worker.pid is not None:
+                result.worker = WorkerInfo(
+                    hostname=worker.hostname or worker.node.hostname,
+                    node_id=worker.node.node_id,
+                    pid=worker.pid,
+                    gpu_ids=worker.gpu_ids,
+                    threads=worker.cores,
+                    gpu_model=worker.device_model,
+                )
+        return result
+
+
+def failed_result(
+    exp: Experiment, status: Status, error: ErrorInfo, *, started_at: float, finished_at: float | None = None
+) -> Result:
+    """The result of an experiment that produced none of its own."""
+    return Result(
+        experiment_id=exp.id,
+        target=exp.target,
+        params=exp.params,
+        device=None,
+        compile=exp.compile,
+        timing=exp.timing,
+        seed=exp.seed,
+        phase=exp.phase,
+        precision=exp.precision,
+        gpu_model=exp.gpu_model,
+        status=status,
+        error=error,
+        started_at=started_at,
+        finished_at=time.time() if finished_at is None else finished_at,
+    )

@@ -1,0 +1,246 @@
+"""A long-lived worker: experiments one after another in one process, reset in between.
+
+A worker holds its GPU (or its cores) for life and runs the experiments it is given in turn,
+so that each pays neither a new process, nor ``import torch``, nor CUDA's initialisation.
+What an experiment leaves behind in the process is undone before the next one
+(``reset``): Dynamo's caches and compiled code (``torch._dynamo.reset``), inductor's
+in-process caches, inductor's and Dynamo's configuration, torch's process-wide switches
+(grad mode, default dtype and device, matmul precision, TF32 and cuDNN flags, deterministic
+algorithms), the environment and the working directory as they were when the worker started,
+the RNGs, garbage (a full collection: the objects alive after start-up are frozen out of it,
+so it costs milliseconds, not the ~130 ms of a process holding torch), and, where CUDA has been
+initialised, the CUDA caching allocator's memory and its peak statistics. Cores, affinity,
+thread counts and the compile-cache variables are restored by ``tasks.isolation`` around each
+experiment already.
+
+Some experiments must not run in a process that has run others: ``compile.cache: cold`` (a true
+cold compile needs a process that has compiled nothing, with an empty cache directory). The
+worker runs those in a fresh Python process of its own (``run_in_fresh_process``): it inherits
+the environment (``CUDA_VISIBLE_DEVICES`` included: the same GPU), the working directory and
+``sys.path``, and is killed with its parent (``PR_SET_PDEATHSIG``), so that a worker killed
+for a timeout takes it along. A death of that process is reported as a death (``DIED``), the
+worker itself lives on. ``measurement.fresh_process`` stays true only for the first
+experiment of a process.
+
+Nothing here knows about Ray; ``orchestrator.pool`` wraps a ``Worker`` in a Ray actor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DIED = "died"  # key of what ``Worker.run`` returns when the experiment's process died: {DIED: ErrorInfo as dict}
+PR_SET_PDEATHSIG = 1  # prctl option, from linux/prctl.h
+
+
+def out_of_memory(error: BaseException | None) -> bool:
+    """Whether ``error``, or an exception it was raised from, is ``torch.OutOfMemoryError``
+    (Dynamo and inductor wrap what a compiled call raises)."""
+    import torch
+
+    seen = 0
+    while error is not None and seen < 16:
+        if isinstance(error, torch.OutOfMemoryError):
+            return True
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return False
+
+
+@dataclass(frozen=True)
+class _Switch:
+    """A process-wide torch setting an experiment may change."""
+
+    name: str
+    get: Callable[[], Any]
+    set: Callable[[Any], object]
+
+
+def _switches() -> list[_Switch]:
+    import torch
+
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+
+    def attr(obj: Any, name: str) -> _Switch:
+        return _Switch(name, lambda: getattr(obj, name), lambda v: setattr(obj, name, v))
+
+    return [
+        _Switch("grad", torch.is_grad_enabled, torch.set_grad_enabled),
+        _Switch("dtype", torch.get_default_dtype, torch.set_default_dtype),
+        _Switch("device", torch.get_default_device, torch.set_default_device),
+        _Switch("matmul_precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
+        _Switch(
+            "deterministic",
+            lambda: (
+                torch.are_deterministic_algorithms_enabled(),
+                torch.is_deterministic_algorithms_warn_only_enabled(),
+            ),
+            lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
+        ),
+        attr(matmul, "allow_tf32"),
+        attr(matmul, "allow_fp16_reduced_precision_reduction"),
+        attr(matmul, "allow_bf16_reduced_precision_reduction"),
+        attr(cudnn, "allow_tf32"),
+        attr(cudnn, "benchmark"),
+        attr(cudnn, "deterministic"),
+    ]
+
+
+class Baseline:
+    """The process's state when the worker started, to return to after each experiment."""
+
+    def __init__(self) -> None:
+        import torch._dynamo.config as dynamo_config
+        import torch._inductor.config as inductor_config
+
+        self.configs = [(m, m.get_config_copy()) for m in (inductor_config, dynamo_config)]
+        self.switches = [(s, s.get()) for s in _switches()]
+        self.environ = dict(os.environ)
+        self.cwd = os.getcwd()
+
+    def restore(self) -> None:
+        """Set back only what differs (setting a config key marks it as overridden by the user)."""
+        for module, saved in self.configs:
+            now = module.get_config_copy()
+            for key, value in saved.items():
+                if not _same(now.get(key), value):
+                    setattr(module, key, value)
+        for switch, value in self.switches:
+            if not _same(switch.get(), value):
+                switch.set(value)
+        if os.environ != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        if os.getcwd() != self.cwd:
+            os.chdir(self.cwd)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    try:
+        return bool(a == b)
+    except Exception:  # tensors and other values without a plain truth value
+        return False
+
+
+def reset(baseline: Baseline) -> None:
+    """Undo what an experiment left behind in this process (see the module docstring)."""
+    import numpy as np
+    import torch
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+    from torch._inductor.codecache import PyCodeCache
+    from torch._inductor.utils import clear_caches
+
+    torch._dynamo.reset()
+    clear_caches()  # inductor's lru caches registered to clear on a fresh cache
+    PyCodeCache.cache_clear()  # generated modules loaded in this process
+    counters.clear()
+    baseline.restore()
+    torch.manual_seed(0)  # every experiment seeds itself too; this leaves no trace of the last one
+    random.seed(0)
+    np.random.seed(0)
+    gc.collect()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.reset_accumulated_memory_stats()
+
+
+class Worker:
+    """Runs experiments (as plain JSON data) one after another in this process.
+
+    ``placement`` is what the scheduler gave the worker for life: ``node_id``, ``gpu_ids``,
+    ``cpus`` (cores each experiment claims) and ``gpu_model`` (the node's accelerator type).
+    Start-up imports what every experiment needs, so that an experiment's clock (its
+    timeout) starts on a warm worker.
+    """
+
+    def __init__(self, placement: dict[str, Any]) -> None:
+        import torch._dynamo  # paid once, here
+        import torch._inductor.config  # noqa: F401
+
+        import tasks.procedure  # noqa: F401
+
+        self.placement = placement
+        self.baseline = Baseline()
+        gc.collect()
+        gc.freeze()  # what exists now lives as long as the worker: keep it out of later collections
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        if payload.get("compile", {}).get("cache") == "cold":
+            return run_in_fresh_process(payload, self.placement)
+        try:
+            return run_payload(payload, self.placement)
+        finally:
+            reset(self.baseline)
+
+
+def run_payload(payload: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+    """One experiment in this process, from plain data to plain data."""
+    from tasks.models import Experiment
+    from tasks.procedure import Placement, run_experiment
+
+    where = Placement(
+        node_id=placement.get("node_id"),
+        gpu_ids=tuple(placement.get("gpu_ids") or ()),
+        cpus=placement.get("cpus"),
+        gpu_model=placement.get("gpu_model"),
+    )
+    return run_experiment(Experiment.model_validate(payload), where).model_dump(mode="json")
+
+
+def run_in_fresh_process(payload: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:
+    """Run one experiment in a new Python process (same environment, GPU, directory and
+    ``sys.path``) that dies with this one; its result, or ``{DIED: error}`` if it died."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    with tempfile.TemporaryDirectory(prefix="compilebench-fresh-") as tmp:
+        out = Path(tmp) / "result.json"
+        proc = subprocess.run(
+            [sys.executable, "-m", "tasks.hygiene", str(os.getpid()), str(out)],
+            input=json.dumps({"payload": payload, "placement": placement}),
+            text=True,
+            env=env,
+            check=False,
+        )
+        if proc.returncode == 0 and out.exists():
+            result: dict[str, Any] = json.loads(out.read_text())
+            return result
+    how = f"was killed by signal {-proc.returncode}" if proc.returncode < 0 else f"exited with code {proc.returncode}"
+    message = f"the experiment's fresh process {how}"
+    return {DIED: {"type": "ProcessDied", "message": message}}
+
+
+def _die_with_parent(parent: int) -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _main(argv: list[str]) -> None:
+    """``python -m tasks.hygiene PARENT_PID RESULT_PATH``, the request on stdin."""
+    parent, out = int(argv[0]), Path(argv[1])
+    _die_with_parent(parent)
+    request = json.loads(sys.stdin.read())
+    result = run_payload(request["payload"], request["placement"])
+    out.write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

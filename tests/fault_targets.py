@@ -1,0 +1,154 @@
+"""Test-only targets that misbehave as real experiments do, and a stub executor for the scheduler.
+
+Targets follow the factory contract (``tests.fault_targets:make_...``); each fault happens when
+the factory builds its target, inside the worker's process. torch is imported inside the
+factories, so that ``StubWorker`` (which never touches torch) can live here too.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _noop(device):
+    import torch
+
+    return (lambda x: x + 1), (torch.ones(4, device=device),)
+
+
+def make_noop(device):
+    """Does nothing wrong."""
+    return _noop(device)
+
+
+def make_exit(device, code: int = 3):
+    """Ends its own process at once, as a segfault or the kernel's OOM killer would."""
+    os._exit(code)
+
+
+def make_sigkill(device):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def make_segfault(device):
+    import ctypes
+
+    ctypes.string_at(0)  # reads address 0: SIGSEGV
+
+
+def make_hang(device, seconds: float = 3600):
+    """Blocks far longer than any test's timeout."""
+    time.sleep(seconds)
+    return _noop(device)
+
+
+def make_oom(device):
+    """Raises what PyTorch raises when the GPU's memory is exhausted."""
+    import torch
+
+    raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB (test)")
+
+
+def make_flaky(device, marker: str):
+    """Dies the first time (no marker file yet), succeeds every time after."""
+    path = Path(marker)
+    if not path.exists():
+        path.write_text(str(os.getpid()))
+        os._exit(7)
+    return _noop(device)
+
+
+def make_barrier(device, folder: str, parties: int, timeout_s: float = 120):
+    """Waits until ``parties`` experiments are inside this factory at once (one file each in
+    ``folder``): only that many concurrent workers get past it; fewer time out."""
+    here = Path(folder)
+    here.mkdir(parents=True, exist_ok=True)
+    (here / f"{os.getpid()}-{time.monotonic_ns()}").touch()
+    deadline = time.monotonic() + timeout_s
+    while len(list(here.iterdir())) < parties:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(list(here.iterdir()))} of {parties} experiments ran at once")
+        time.sleep(0.05)
+    return _noop(device)
+
+
+def make_mark_and_sleep(device, folder: str, seconds: float):
+    """Leaves a file named after its Ray node, then sleeps (a test removes that node meanwhile)."""
+    import ray
+
+    here = Path(folder)
+    here.mkdir(parents=True, exist_ok=True)
+    (here / f"{ray.get_runtime_context().get_node_id()}-{os.getpid()}").touch()
+    time.sleep(seconds)
+    return _noop(device)
+
+
+def make_dirty(device):
+    """Leaves process-wide state behind: a worker must reset it before the next experiment."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    torch.set_default_dtype(torch.float64)
+    torch.set_float32_matmul_precision("medium")
+    inductor_config.unroll_reductions_threshold = 99
+    os.environ["COMPILEBENCH_TEST_LEFTOVER"] = "1"
+    return _noop(device)
+
+
+def make_report_state(device):
+    """Raises an error whose message is the process state ``make_dirty`` changes."""
+    import torch
+    import torch._inductor.config as inductor_config
+
+    state = {
+        "dtype": str(torch.get_default_dtype()),
+        "matmul": torch.get_float32_matmul_precision(),
+        "unroll": inductor_config.unroll_reductions_threshold,
+        "leftover": os.environ.get("COMPILEBENCH_TEST_LEFTOVER"),
+    }
+    raise RuntimeError(repr(state))
+
+
+class StubWorker:
+    """An executor for the scheduler's own tests: returns an ``ok`` result for each experiment
+    after ``params['ms']`` milliseconds, without importing torch or running the procedure, so
+    that a thousand experiments on 32 workers test the scheduling and not the benchmark."""
+
+    def __init__(self, placement: dict[str, Any]) -> None:
+        self.placement = placement
+        self.count = 0
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        from tasks.models import Experiment
+
+        exp = Experiment.model_validate(payload)
+        started = time.time()
+        time.sleep(float(exp.params.get("ms", 0)) / 1e3)
+        self.count += 1
+        return {
+            "experiment_id": exp.id,
+            "target": exp.target,
+            "params": exp.params,
+            "device": "cpu",
+            "compile": payload.get("compile", {}),
+            "timing": payload.get("timing", {}),
+            "seed": exp.seed,
+            "gpu_model": exp.gpu_model,
+            "status": "ok",
+            "started_at": started,
+            "finished_at": time.time(),
+            "worker": {
+                "hostname": socket.gethostname(),
+                "node_id": self.placement["node_id"],
+                "pid": os.getpid(),
+                "gpu_ids": self.placement["gpu_ids"],
+                "threads": self.placement["cpus"],
+                "gpu_model": self.placement["gpu_model"],
+            },
+            "measurement": {"timer": "perf_counter", "fresh_process": self.count == 1},
+        }

@@ -1,0 +1,212 @@
+"""The scheduling policy on made-up nodes and events: no Ray, no torch, no clock."""
+
+from __future__ import annotations
+
+from orchestrator.policy import Dispatch, Scheduler, Shape, Start, shape_of
+from orchestrator.report.models import Node
+from tasks.models import ErrorInfo, Experiment, Result
+
+CRASH = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")
+
+
+def node(node_id: str, cpus: int, gpus: int = 0, model: str | None = None) -> Node:
+    models = [model] if model else []
+    return Node(node_id=node_id, hostname=f"host-{node_id}", address="", cpus=cpus, gpus=gpus, gpu_models=models)
+
+
+def exp(seed: int = 0, **kw) -> Experiment:
+    return Experiment(target="seed.foo", seed=seed, **kw)
+
+
+def ok(e: Experiment) -> Result:
+    return Result(
+        experiment_id=e.id,
+        target=e.target,
+        params={},
+        device="cpu",
+        compile=e.compile,
+        timing=e.timing,
+        seed=e.seed,
+        status="ok",
+        started_at=0,
+        finished_at=1,
+    )
+
+
+def ready_all(s: Scheduler, starts: list[Start]) -> None:
+    for st in starts:
+        s.worker_ready(st.worker_id, "h", 1000 + st.worker_id, [str(st.worker_id)])
+
+
+def test_shape_defaults_follow_the_node():
+    gpu_node, cpu_node, logical = node("g", 32, 8, "H100"), node("c", 16), node("l", 2, 4)
+    assert shape_of(exp(), gpus_seen=True) == Shape(1) and shape_of(exp(), gpus_seen=False) == Shape(0)
+    assert shape_of(exp(), gpus_seen=None) is None  # device auto, nothing to judge by yet
+    assert shape_of(exp(device="cuda"), gpus_seen=False) == Shape(1)
+    assert shape_of(exp(gpu_model="A10G"), gpus_seen=False) == Shape(1)
+    assert shape_of(exp(device="cpu"), gpus_seen=True) == Shape(0)
+    assert shape_of(exp(resources={"gpus": 2, "cpus": 6}), gpus_seen=True) == Shape(2, 6)
+    assert Shape(1).cpus_on(gpu_node) == 4 and Shape(2).cpus_on(gpu_node) == 8  # the node's cores per GPU
+    assert Shape(0).cpus_on(cpu_node) == 16 and Shape(0).cores_on(cpu_node) == 16  # every core
+    assert Shape(1).cpus_on(logical) == 0.5 and Shape(1).cores_on(logical) == 1  # fewer cores than GPUs
+    assert Shape(1, 3).cpus_on(gpu_node) == 3
+    assert not Shape(1).fits(cpu_node) and not Shape(9).fits(gpu_node) and not Shape(1, 64).fits(gpu_node)
+    assert not Shape(0).fits(node("empty-head", 0))
+
+
+def test_one_worker_per_gpu_fed_in_spec_order():
+    s = Scheduler([exp(i) for i in range(5)])
+    s.observe_nodes([node("a", 8, 2, "A100")])
+    plan = s.plan(now=0)
+    assert [(st.gpus, st.cpus, st.cores, st.gpu_model) for st in plan.start] == [(1, 4, 4, "A100")] * 2
+    assert s.plan(now=0).start == []  # starting workers are counted as supply
+    ready_all(s, plan.start)
+    plan2 = s.plan(now=1)
+    assert [d.experiment.seed for d in plan2.dispatch] == [0, 1]
+    first = plan2.dispatch[0]
+    result = s.finished(first.worker_id, ok(first.experiment))
+    assert result.attempts == 1 and result.reserved.gpus == 1 and result.reserved.cpus == 4
+    assert [d.experiment.seed for d in s.plan(now=2).dispatch] == [2]
+
+
+def test_gpu_model_goes_only_to_its_nodes_and_none_to_any():
+    s = Scheduler([exp(0, gpu_model="H100"), exp(1, gpu_model="A100"), exp(2)])
+    s.observe_nodes([node("a", 4, 1, "A100"), node("h", 4, 1, "H100")])
+    plan = s.plan(0)
+    assert sorted(st.gpu_model for st in plan.start) == ["A100", "H100"]
+    ready_all(s, plan.start)
+    model_of = {st.worker_id: st.gpu_model for st in plan.start}
+    dispatched = {d.experiment.seed: model_of[d.worker_id] for d in s.plan(1).dispatch}
+    assert dispatched == {0: "H100", 1: "A100"}
+
+
+def test_unknown_model_and_oversized_reservations_are_unschedulable_at_once_on_a_local_instance():
+    big_gpu, big_cpu = exp(1, resources={"gpus": 4}), exp(2, device="cuda", resources={"cpus": 64})
+    s = Scheduler([exp(0, gpu_model="B200"), big_gpu, big_cpu])
+    s.observe_nodes([node("a", 8, 2, "A100"), node("h", 8, 1, "H100")])
+    plan = s.plan(0)
+    assert [r.status for r in plan.results] == ["unschedulable"] * 3 and s.done
+    assert [r.error.message for r in plan.results] == [
+        "needs a 'B200' GPU; the cluster's GPU models are A100, H100",
+        "needs 4 GPU(s) on one node; the largest node has 2",
+        "needs 64 CPU(s) on one node; the largest node has 8",
+    ]
+    assert all(r.attempts == 0 for r in plan.results)
+
+
+def test_against_a_scaling_cluster_it_waits_asks_the_autoscaler_then_gives_up():
+    s = Scheduler([exp(0, gpu_model="L4")], pending_timeout_s=60)
+    s.observe_nodes([node("head", 0)])
+    plan = s.plan(0)
+    assert plan.results == [] and plan.bundles == [{"CPU": 1.0, "GPU": 1.0, "accelerator_type:L4": 0.001}]
+    assert s.plan(59).results == []
+    (late,) = s.plan(60).results
+    assert late.status == "unschedulable"
+    assert late.error.message == (
+        "needs a 'L4' GPU; the cluster's GPU models are none (waited 60 s for a node that fits)"
+    )
+
+
+def test_a_node_that_joins_in_time_takes_the_waiting_experiments():
+    s = Scheduler([exp(0), exp(1)], pending_timeout_s=60)
+    s.observe_nodes([node("head", 0)])  # no CPUs, no GPUs: device auto cannot be decided yet
+    assert s.plan(0).bundles == [{"CPU": 1.0, "GPU": 1.0}] * 2
+    s.observe_nodes([node("head", 0), node("g", 8, 2, "A10G")])
+    plan = s.plan(30)
+    assert len(plan.start) == 2 and plan.results == []
+    ready_all(s, plan.start)
+    assert len(s.plan(31).dispatch) == 2  # device auto became a GPU once GPUs joined
+
+
+def test_a_death_is_retried_first_then_crashed_with_every_attempt_counted():
+    s = Scheduler([exp(0, retries=1), exp(1)])
+    s.observe_nodes([node("a", 1, 1)])
+    (start,) = s.plan(0).start
+    ready_all(s, [start])
+    (d,) = s.plan(0).dispatch
+    assert d.experiment.seed == 0
+    assert s.died(d.worker_id, CRASH, now=1) is None  # retried
+    (replacement,) = s.plan(1).start
+    ready_all(s, [replacement])
+    (again,) = s.plan(2).dispatch
+    assert again.experiment.seed == 0  # the retry goes before experiments not started yet
+    final = s.died(again.worker_id, CRASH, now=3)
+    assert final.status == "crashed" and final.attempts == 2 and final.error == CRASH
+    assert final.worker.pid == 1000 + replacement.worker_id and final.reserved.gpus == 1
+
+
+def test_a_death_of_the_fresh_process_keeps_the_worker():
+    s = Scheduler([exp(0, retries=0, compile={"cache": "cold"}), exp(1)])
+    s.observe_nodes([node("a", 1, 1)])
+    (start,) = s.plan(0).start
+    ready_all(s, [start])
+    (d,) = s.plan(0).dispatch
+    final = s.died(d.worker_id, CRASH, now=1, alive=True)
+    assert final.status == "crashed" and final.attempts == 1
+    plan = s.plan(1)
+    assert plan.start == [] and plan.dispatch == [Dispatch(start.worker_id, exp(1))]
+
+
+def test_rays_memory_monitor_kill_is_oom_and_not_retried():
+    s = Scheduler([exp(0, retries=3)])
+    s.observe_nodes([node("a", 1, 1)])
+    ready_all(s, s.plan(0).start)
+    (d,) = s.plan(0).dispatch
+    error = ErrorInfo(type="ray.exceptions.OutOfMemoryError", message="1 worker(s) were killed")
+    final = s.died(d.worker_id, error, now=1, oom=True)
+    assert final.status == "oom" and final.attempts == 1 and s.done
+
+
+def test_a_deadline_runs_from_dispatch_and_expiry_replaces_the_worker():
+    s = Scheduler([exp(0, timeout_s=10), exp(1)])
+    s.observe_nodes([node("a", 1, 1)])
+    ready_all(s, s.plan(0).start)
+    (d,) = s.plan(5).dispatch
+    assert s.next_deadline() == 15
+    assert s.expired(14.9) == []
+    ((killed, result),) = s.expired(15)
+    assert killed == d.worker_id and result.status == "timeout" and result.attempts == 1
+    assert result.error.message == "passed timeout_s=10 s; its worker was killed and replaced"
+    assert result.started_at == 5 and result.finished_at == 15
+    assert len(s.plan(15).start) == 1  # a replacement for the next experiment
+
+
+def test_gpu_workers_make_way_for_cpu_ones_once_no_gpu_work_waits():
+    s = Scheduler([exp(0, device="cuda"), exp(1, device="cpu")])
+    s.observe_nodes([node("a", 4, 2)])
+    plan = s.plan(0)
+    assert [st.gpus for st in plan.start] == [1]  # the CPU worker would need every core: no room
+    ready_all(s, plan.start)
+    (d,) = s.plan(1).dispatch
+    s.finished(d.worker_id, ok(d.experiment))
+    plan = s.plan(2)
+    assert plan.retire == [d.worker_id]
+    assert [(st.gpus, st.cpus, st.cores) for st in plan.start] == [(0, 4, 4)]
+
+
+def test_a_node_whose_workers_never_start_is_given_up():
+    s = Scheduler([exp(0)])
+    s.observe_nodes([node("a", 1, 1)])
+    for attempt in range(3):
+        (start,) = s.plan(attempt).start
+        s.died(start.worker_id, ErrorInfo(type="ModuleNotFoundError", message="No module named 'torch'"), now=attempt)
+    (result,) = s.plan(3).results
+    assert result.status == "unschedulable"
+    assert "workers could not start on the nodes that fit" in result.error.message
+    assert "No module named 'torch'" in result.error.message
+
+
+def test_a_lost_node_sends_its_experiments_elsewhere():
+    s = Scheduler([exp(0), exp(1)])
+    s.observe_nodes([node("a", 1, 1), node("b", 1, 1)])
+    starts = s.plan(0).start
+    ready_all(s, starts)
+    dispatched = {d.worker_id: d.experiment for d in s.plan(0).dispatch}
+    on_b = next(st.worker_id for st in starts if st.node_id == "b")
+    s.observe_nodes([node("a", 1, 1)])
+    assert s.died(on_b, CRASH, now=1) is None
+    on_a = next(st.worker_id for st in starts if st.node_id == "a")
+    s.finished(on_a, ok(dispatched[on_a]))
+    plan = s.plan(2)
+    assert plan.start == [] and [d.worker_id for d in plan.dispatch] == [on_a]
+    assert plan.dispatch[0].experiment == dispatched[on_b]

@@ -1,0 +1,135 @@
+"""How compilebench's driver scales with the size of a sweep: expanding 10,000 experiments and
+summarising 10,000 results, each against a 1 s target.
+
+    python benchmarks/scale.py [--n 10000] [--repeats 5]
+
+1. **Spec expansion**: ``orchestrator.spec.load_spec`` on a generated spec whose sweep expands to
+   N experiments (built-in targets, several params, compile modes, fullgraph, dynamic, seeds):
+   reading, validating each experiment, checking its target and params, hashing its id.
+2. **Summary**: ``orchestrator.report.summarize`` on N synthetic results (10 raw samples a side,
+   a mix of targets, params, configurations, two GPU models and some failures), the work done
+   once per report (and again for each ``compilebench report``).
+
+Each figure is the best of ``--repeats`` runs in this process (the first run also pays imports
+and caches; the best run is what a loaded machine lets through at most). Nothing here touches
+Ray or a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.report import summarize  # noqa: E402
+from orchestrator.spec import load_spec  # noqa: E402
+from tasks.models import CompileConfig, Result, SideTiming, TimingConfig, WorkerInfo  # noqa: E402
+
+TARGET_S = 1.0  # the issue's bound for each figure, on the project's 2-core machine
+MODES = [None, "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "lite"]
+
+
+def spec_of(n: int) -> dict:
+    """A spec whose one entry sweeps to ``n`` experiments (n a multiple of 200)."""
+    assert n % 200 == 0, "n must be a multiple of 200"
+    return {
+        "name": f"scale-{n}",
+        "defaults": {"device": "auto", "timing": {"warmup": 3, "repeats": 10}},
+        "experiments": [
+            {
+                "target": "seed.foo3",
+                "sweep": {
+                    "params.shape": [[64 * (i + 1), 64 * (i + 1)] for i in range(10)],
+                    "compile.mode": ["default", *MODES[1:]],
+                    "compile.fullgraph": [False, True],
+                    "compile.dynamic": [None, True],
+                    "seed": list(range(n // 200)),
+                },
+            }
+        ],
+    }
+
+
+def results_of(n: int) -> list[Result]:
+    rng = random.Random(0)
+    out = []
+    for i in range(n):
+        mode = MODES[i % len(MODES)]
+        eager = [1.0 + rng.random() * 0.05 for _ in range(10)]
+        compiled = [0.5 + rng.random() * 0.05 for _ in range(10)]
+        ok = i % 20 != 0
+        out.append(
+            Result(
+                experiment_id=f"{i:012x}",
+                target=f"t{i % 50}",
+                params={"n": i % 7},
+                device="cuda",
+                compile=CompileConfig(mode=mode, fullgraph=bool(i % 2)),
+                timing=TimingConfig(warmup=3, repeats=10),
+                seed=i,
+                status="ok" if ok else "compile_error",
+                eager=SideTiming.from_samples(1.0, eager, 3),
+                compiled=SideTiming.from_samples(5.0, compiled, 3) if ok else None,
+                speedup=(sorted(eager)[5] / sorted(compiled)[5]) if ok else None,
+                speedup_ci=(1.8, 2.2) if ok else None,
+                compile_latency_s=1.5 if ok else None,
+                started_at=0.0,
+                finished_at=1.0,
+                worker=WorkerInfo(
+                    hostname=f"node{i % 4}",
+                    pid=1,
+                    threads=8,
+                    gpu_name="NVIDIA H100 80GB HBM3" if i % 2 else "NVIDIA A10G",
+                    gpu_model="H100" if i % 2 else "A10G",
+                ),
+            )
+        )
+    return out
+
+
+def best_of(repeats: int, fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "scale.yaml"
+        path.write_text(yaml.safe_dump(spec_of(args.n), sort_keys=False))
+        expanded = len(load_spec(path).experiments)  # warm: torch's backend list, the target registry
+        assert expanded == args.n, expanded
+        expand_s = best_of(args.repeats, lambda: load_spec(path))
+    results = results_of(args.n)
+    summarize_s = best_of(args.repeats, lambda: summarize(results))
+
+    print(f"$ python benchmarks/scale.py --n {args.n} --repeats {args.repeats}")
+    print()
+    print("| step | items | best of runs | per item | target | verdict |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    for step, seconds in (("expand the sweep (load_spec)", expand_s), ("summarise the results", summarize_s)):
+        verdict = "ok" if seconds < TARGET_S else "MISSED"
+        per_item = seconds / args.n * 1e6
+        row = f"| {step} | {args.n:,} | {seconds:.3f} s | {per_item:.0f} us | < {TARGET_S:g} s | {verdict} |"
+        print(row)
+
+
+if __name__ == "__main__":
+    main()

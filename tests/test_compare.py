@@ -122,7 +122,7 @@ def test_compile_options_that_differ_are_warned():
 def test_an_incomplete_report_is_warned():
     base, new = pair({}, {})
     new.complete = False
-    assert "the new report is incomplete (its run was interrupted)" in compare(base, new).warnings
+    assert "the new report is incomplete (its run did not finish)" in compare(base, new).warnings
 
 
 def test_mann_whitney_on_identical_or_missing_samples_is_not_significant():

@@ -59,7 +59,7 @@ def test_the_page_holds_the_summary_failures_and_warnings(page):
 def test_an_incomplete_run_has_a_banner_and_messages_are_escaped():
     failed = make_result("a", None, status="runtime_error", message="<script>alert(1)</script> & more")
     text = render_html(make_report([make_result("b"), failed], complete=False))
-    assert '<div class="banner incomplete">INCOMPLETE: the run was interrupted' in text
+    assert '<div class="banner incomplete">INCOMPLETE: the run did not finish' in text
     assert "<script>alert(1)" not in text and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in text
 
 
@@ -112,3 +112,19 @@ def _chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedPro
     proc = subprocess.run(command, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc
+
+
+def test_run_writes_the_page_at_the_end(ray_cluster, write_spec, tmp_path):
+    spec = write_spec(
+        """
+        name: small
+        defaults: {device: cpu, compile: {backend: eager}, timing: {warmup: 1, repeats: 3}}
+        experiments:
+          - target: seed.foo
+            params: {shape: [8]}
+        """
+    )
+    out, page = tmp_path / "r.json", tmp_path / "r.html"
+    result = CliRunner().invoke(app, ["run", str(spec), "--out", str(out), "--html", str(page)])
+    assert result.exit_code == 0, result.output
+    assert "<h1>small</h1>" in page.read_text()

@@ -37,7 +37,7 @@ def test_table_shows_one_row_per_result():
 def test_terminal_report_puts_interruptions_and_warnings_first():
     report = make_report([make_result("a", 2.0)], complete=False, warnings=["nodes disagree on torch"])
     lines = text_of(report).splitlines()
-    assert lines[0].startswith("INCOMPLETE: the run was interrupted")
+    assert lines[0].startswith("INCOMPLETE: the run did not finish")
     assert lines[1] == "WARNING: nodes disagree on torch"
     assert lines[-1] == "1 results: 1 ok"
 

@@ -143,7 +143,7 @@ def environment_warnings(base: Report, new: Report) -> list[str]:
     warnings = []
     for report, which in ((base, "base"), (new, "new")):
         if not report.complete:
-            warnings.append(f"the {which} report is incomplete (its run was interrupted)")
+            warnings.append(f"the {which} report is incomplete (its run did not finish)")
     models = [sorted({device_model(r) or "unknown" for r in rep.results}) for rep in (base, new)]
     if models[0] != models[1]:
         warnings.append(f"device models differ: {', '.join(models[0])} vs {', '.join(models[1])}")

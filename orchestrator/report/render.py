@@ -43,7 +43,7 @@ def headline(report: Report) -> list[str]:
     """What a reader must see first: an interrupted run, environment warnings, the counts."""
     lines = []
     if not report.complete:
-        lines.append("INCOMPLETE: the run was interrupted; experiments of the spec are missing from this report.")
+        lines.append("INCOMPLETE: the run did not finish; experiments of the spec may be missing from this report.")
     lines.extend(f"WARNING: {w}" for w in report.environment.warnings)
     lines.append(counts_text(report.summary))
     return lines
@@ -234,8 +234,10 @@ def print_report(console: Console, report: Report, results: bool = True) -> None
 def markdown(report: Report) -> str:
     """The report as GitHub-flavoured Markdown, for pull requests and wikis."""
     out = [f"# {report.name}", ""]
-    out += [f"> **{line}**" if line.startswith(("INCOMPLETE", "WARNING")) else line for line in headline(report)]
-    out += ["", markdown_table(results_rows(report.results))]
+    lines = headline(report)
+    for line in lines[:-1]:  # each warning a quoted paragraph of its own
+        out += [f"> **{line}**", ""]
+    out += [lines[-1], "", markdown_table(results_rows(report.results))]
     for view in views(report):
         out += ["", markdown_table(view)]
         out += [f"- {note}" for note in view.notes]

@@ -108,23 +108,38 @@ def test_workload_runs_inference_and_a_training_step_in_every_precision(target, 
     assert leaves and all(p.grad is not None and torch.isfinite(p.grad).all() for p in leaves)
 
 
+MEMORY_BOUND = {"blocks.layernorm_gelu", "blocks.softmax"}  # no matmul, conv or attention: 0 FLOPs counted
+
+
 @pytest.mark.parametrize("phase", ["inference", "training"])
 @pytest.mark.parametrize("target", WORKLOADS)
 def test_workload_passes_the_procedure_with_the_eager_backend(target, phase):
-    exp = Experiment(
-        target=target,
-        params=TINY[target],
-        device="cpu",
-        phase=phase,
-        optimizer="sgd" if phase == "training" else None,
-        compile={"backend": "eager"},
-        timing={"warmup": 0, "repeats": 2},
-    )
-    r = run_experiment(exp)
+    r = run_experiment(_experiment(target, phase))
     assert r.status == "ok", r.error
     assert r.correct is True
     assert r.phase == phase
     assert r.eager is not None and r.compiled is not None
+    assert r.work is not None and r.work.bytes and r.work.bytes > 0
+    assert (r.work.flops == 0) if target in MEMORY_BOUND else (r.work.flops and r.work.flops > 0)
+
+
+def test_gpt_trains_in_bfloat16_through_the_procedure():
+    r = run_experiment(_experiment("models.gpt", "training", precision="bf16", optimizer="adamw"))
+    assert r.status == "ok", r.error
+    assert r.correct is True and r.precision == "bf16"
+
+
+def _experiment(target: str, phase: str, **fields) -> Experiment:
+    return Experiment(
+        target=target,
+        params=TINY[target],
+        device="cpu",
+        phase=phase,
+        optimizer=fields.pop("optimizer", "sgd" if phase == "training" else None),
+        compile={"backend": "eager"},
+        timing={"warmup": 0, "repeats": 2},
+        **fields,
+    )
 
 
 def test_default_sizes_are_accepted_and_unknown_params_rejected():

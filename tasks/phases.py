@@ -193,14 +193,3 @@ def _requiring_grad(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         return t.detach().requires_grad_(True) if t.is_floating_point() else t
 
     return tuple(pytree.tree_map_only(torch.Tensor, require, inputs))
-
-
-def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Floating input tensors as float64 copies (gradient requirement kept)."""
-
-    def widen(t: torch.Tensor) -> torch.Tensor:
-        if not t.is_floating_point():
-            return t.clone()
-        return t.detach().to(torch.float64).requires_grad_(t.requires_grad)
-
-    return tuple(pytree.tree_map_only(torch.Tensor, widen, inputs))

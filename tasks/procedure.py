@@ -11,17 +11,23 @@ import functools
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch._dynamo
+import torch._inductor.config
 from torch._dynamo.utils import calculate_time_spent, counters
 
+from tasks import phases, precision
+from tasks.correctness import check_compiled, checked_inputs, take_references
 from tasks.dynamo_watch import DynamoWatch, Snapshot
+from tasks.hygiene import out_of_memory
 from tasks.isolation import Isolation, isolate
+from tasks.metadata import result_metadata, versions
 from tasks.models import (
     CompileConfig,
     ErrorInfo,
@@ -32,11 +38,13 @@ from tasks.models import (
     Status,
     TimingConfig,
     WorkerInfo,
+    WorkInfo,
 )
 from tasks.nvml import gpu_state
+from tasks.phases import PhaseRun
 from tasks.stats import speedup_ci
-from tasks.targets import Workload, build
-from tasks.timers import CUDAGRAPH_MIN_WARMUP, Plan, Timer, plan, timer_for
+from tasks.targets import FreshInputs, Workload, build, copy_inputs, input_versions
+from tasks.timers import CUDAGRAPH_MIN_WARMUP, Plan, Setup, Timer, plan, timer_for
 
 _experiments_in_this_process = 0
 MAX_REASONS = 5  # guard failures listed per result; the count says how many there were
@@ -49,6 +57,7 @@ class Placement:
     node_id: str | None = None
     gpu_ids: Sequence[str] = ()
     cpus: int | None = None  # cores reserved: claimed, pinned, and torch's thread count
+    gpu_model: str | None = None  # the node's accelerator_type, when the scheduler knows it
 
     @property
     def slot(self) -> str:
@@ -63,6 +72,8 @@ class _Partial:
     fields: dict[str, Any] = field(default_factory=dict)
 
     def finish(self, exp: Experiment, status: Status, error: BaseException | None = None) -> Result:
+        if out_of_memory(error):  # wherever it was raised: not retried, the worker cleans the GPU
+            status = "oom"
         return Result(
             experiment_id=exp.id,
             target=exp.target,
@@ -87,7 +98,8 @@ def run_experiment(exp: Experiment, placement: Placement = Placement(), timer: T
     fresh_process = _experiments_in_this_process == 0
     _experiments_in_this_process += 1
     try:
-        with isolate(placement.cpus, exp.compile.cache, placement.slot) as iso:
+        with isolate(placement.cpus, exp.compile.cache, placement.slot, exp.timing.allocator) as iso:
+            got.fields.update(result_metadata(exp))
             return _run(exp, placement, timer, iso, fresh_process, got)
     except Exception as e:  # isolation itself failed (e.g. no permission to pin)
         return got.finish(exp, "runtime_error", e)
@@ -96,7 +108,7 @@ def run_experiment(exp: Experiment, placement: Placement = Placement(), timer: T
 def _run(
     exp: Experiment, placement: Placement, timer: Timer | None, iso: Isolation, fresh_process: bool, got: _Partial
 ) -> Result:
-    """Build, time eagerly, analyse graph breaks, compile, check, time both sides interleaved."""
+    """Resolve the device and its timer, then measure under the experiment's precision and phase."""
     try:
         device = resolve_device(exp.device)
     except RuntimeError as e:
@@ -116,57 +128,83 @@ def _run(
         compile_threads=iso.compile_threads,
         allocator=iso.allocator,
     )
+    try:
+        precision.check_supported(exp.precision, device)
+    except precision.PrecisionError as e:
+        return got.finish(exp, "runtime_error", e)
+    with precision.active(exp.precision, device), phases.grad_mode(exp.phase), harness_randomness(exp, got):
+        return _measure(exp, device, timer, measurement, got)
 
-    # 1. Eager: build the target from a seeded RNG and take its first call.
+
+def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: Measurement, got: _Partial) -> Result:
+    """Build, time eagerly, take the references, analyse graph breaks, compile, check, count the
+    work, time both sides interleaved. Every call sees its own copy of the inputs when the target
+    mutates them; every checked call starts from the same training state and seed."""
+    # 1. Eager: build the target from a seeded RNG in its precision and phase; its first call.
     try:
         torch.manual_seed(exp.seed)
-        work = build(exp.target, device, exp.params)
-        eager_out, eager_first_ms = timer.first_call(lambda: work.fn(*work.inputs))
-        references = [work.fn(*inputs) for inputs in work.check_inputs]
+        work = precision.cast(build(exp.target, device, exp.params), exp.precision)
+        run, work = PhaseRun.prepare(work, exp.phase, exp.optimizer)
+        eager_fn = eager_callable(work.fn, exp.compile)
+        eager_side = run.side(eager_fn)
+        inputs = copy_inputs(work.inputs)
+        versions_before = input_versions(inputs)
+        _, eager_first_ms = timer.first_call(lambda: eager_side(*inputs))
+        mutated = measurement.inputs_mutated = input_versions(inputs) != versions_before
+        run.save()  # training: the state every checked step starts from
+
+        # 2. References, before anything compiles: eager twice (does it repeat itself?) and a float64 copy.
+        references = take_references(exp, run, eager_fn, work, device, mutated) if exp.check.enabled else []
     except Exception as e:
-        return got.finish(exp, "runtime_error", e)
+        return got.finish(exp, "runtime_error", precision.explain_failure(e, exp.precision))
 
-    # 2. Graphs and graph breaks, from a Dynamo trace of the eager callable.
-    got.fields.update(analyse_graphs(work))
+    # 3. The work of one call (FLOPs, bytes); graphs and graph breaks, from a Dynamo trace.
+    got.fields["work"] = count_work(eager_fn, copy_inputs(work.inputs), phase=exp.phase, loss_fn=run.loss_fn)
+    got.fields.update(analyse_graphs(work.fn, copy_inputs(work.inputs)))
 
-    # 3. Compile from a clean compiler state; the first call pays for compilation.
+    # 4. Compile from a clean compiler state; the first call, from the checked state, pays for compilation.
     torch._dynamo.reset()  # also clears Dynamo's compile-time metrics
     with DynamoWatch() as watch:
         start = watch.snapshot()
         try:
-            compiled_fn = compile_callable(work.fn, exp.compile)
-            compiled_out, compiled_first_ms = timer.first_call(lambda: compiled_fn(*work.inputs))
+            compiled_side = compiled_callable(work, run, exp.compile)
+            inputs = checked_inputs(run, work.inputs, exp.seed)
+            result, compiled_first_ms = timer.first_call(lambda: compiled_side(*inputs))
         except Exception as e:
-            got.fields["eager"] = time_eager_alone(timer, work, exp, eager_first_ms)
+            eager_alone = replace(work, fn=FreshInputs([]).wrap(eager_side) if mutated else eager_side)
+            got.fields["eager"] = time_eager_alone(timer, eager_alone, exp, eager_first_ms)
             return got.finish(exp, "compile_error", e)
+        first_result = run.observe(result, inputs, mutated)
         got.fields["compile_latency_s"] = compiled_first_ms / 1e3
         got.fields["compile_breakdown"] = {phase: float(s) for phase, s in calculate_time_spent().items()}
         got.fields["graphs_compiled"] = watch.snapshot().graphs - start.graphs
 
-        eager_fn = eager_callable(work.fn, exp.compile)
-
-        # 4. Correctness against eager, on the first inputs and on every check input.
+        # 5. Correctness: that first call, a later one (a CUDA graph replay), every check input.
         try:
-            mismatch = compare(compiled_out, eager_out)
-            for inputs, reference in zip(work.check_inputs, references, strict=True):
-                mismatch = mismatch or compare(compiled_fn(*inputs), reference)
+            replays = CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 1
+            verdict = check_compiled(exp, run, compiled_side, first_result, references, mutated, replays)
         except Exception as e:
             return got.finish(exp, "runtime_error", e)
-        got.fields["correct"] = mismatch is None
+        got.fields.update(correct=verdict.correct, check=verdict.check, check_note=verdict.note)
 
-        # 5. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
+        # 6. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
+        sides, fresh = [eager_side, compiled_side], None
+        if mutated:
+            fresh = FreshInputs([work.inputs, *(work.cycle or [])])
+            sides = [fresh.wrap(side) for side in sides]
         try:
             min_warmups = [0, CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 0]
             eager, compiled = time_sides(
                 timer,
                 work,
-                [eager_fn, compiled_fn],
+                sides,
                 [eager_first_ms, compiled_first_ms],
                 exp.timing,
                 min_warmups,
                 device,
                 measurement,
                 watch,
+                before_block=fresh.setup if fresh is not None else None,
             )
         except Exception as e:
             return got.finish(exp, "runtime_error", e)
@@ -183,7 +221,31 @@ def _run(
             else None
         ),
     )
-    return got.finish(exp, "ok" if mismatch is None else "incorrect", mismatch)
+    return got.finish(exp, "incorrect" if verdict.correct is False else "ok", verdict.mismatch)
+
+
+@contextmanager
+def harness_randomness(exp: Experiment, got: _Partial) -> Iterator[None]:
+    """While checking, inductor's random ops fall back to eager's RNG (``fallback_random``), so a
+    seed reset before each side gives both the same dropout masks, as the harness's accuracy runs
+    do; the setting is recorded with the inductor options."""
+    if not exp.check.enabled:
+        yield
+        return
+    if exp.compile.backend == "inductor":
+        got.fields["inductor_options"] = {**got.fields.get("inductor_options", {}), "fallback_random": True}
+    with torch._inductor.config.patch(fallback_random=True):
+        yield
+
+
+def count_work(fn: Callable[..., Any], inputs: tuple[Any, ...], **kwargs: Any) -> WorkInfo | None:
+    """FLOPs and bytes of one call (``tasks.work``); None when they cannot be counted."""
+    try:
+        from tasks.work import count_work as count
+
+        return count(fn, inputs, **kwargs)
+    except Exception:  # counting the work never fails the experiment
+        return None
 
 
 def prepare_sides(
@@ -194,12 +256,19 @@ def prepare_sides(
     min_warmups: Sequence[int] = (),
 ) -> tuple[list[Callable[[], Any]], list[Plan]]:
     """Each side's call (cycling inputs where the workload has them) and plan, from an estimate
-    of one call on the first inputs; the warmup calls are made here."""
+    of one call on the first inputs; the warmup calls are made here.
+
+    Every side gets the same block size, the largest any side needs: a side timed in blocks
+    against one timed call by call would compare a loop's steady state with single calls.
+    Counts the spec leaves out are chosen by the timer's device (``plan``)."""
     calls = [work.caller(fn) for fn in fns]
     min_warmups = list(min_warmups) or [0] * len(fns)
+    by_device = getattr(timer, "budgets_by_default", False)
+    estimates = [timer.estimate(functools.partial(fn, *work.inputs)) for fn in fns]
+    block = max(plan(e, timing, timer.blocked).block_size for e in estimates)
     plans = [
-        plan(timer.estimate(functools.partial(fn, *work.inputs)), timing, timer.blocked, minimum)
-        for fn, minimum in zip(fns, min_warmups, strict=True)
+        plan(e, timing, timer.blocked, minimum, block_size=block, budgets_by_default=by_device)
+        for e, minimum in zip(estimates, min_warmups, strict=True)
     ]
     for call, p in zip(calls, plans, strict=True):
         timer.warm(call, p.warmup)
@@ -216,19 +285,39 @@ def time_sides(
     device: torch.device,
     measurement: Measurement,
     watch: DynamoWatch,
+    before_block: Setup | None = None,
 ) -> list[SideTiming]:
     """Every side timed in one interleaved window, after its warmup; the GPU's state around the
-    window and Dynamo's counters at its edges (``watch.window_*``); then each side's peak memory."""
+    window and Dynamo's counters at its edges (``watch.window_*``); then each side's peak memory,
+    and whether inductor really used the CUDA graphs it was asked for.
+
+    Cycling inputs restart at the same position for every side in each round (the timers'
+    per-block setup), so both sides see the same input in the same round."""
+    from tasks.targets import CycleCall
+
     calls, plans = prepare_sides(timer, work, fns, timing, min_warmups)
+    setups: list[Setup | None] = [call.start_round if isinstance(call, CycleCall) else None for call in calls]
+    if before_block is not None:  # fresh copies of inputs the target mutates, for each block
+        setups = preceded_by(before_block, setups)
     measurement.gpu_before = gpu_state(device)
     watch.open_window()
-    samples = timer.interleaved(calls, plans, min(p.repeats for p in plans))
+    sides = timer.interleaved(calls, plans, min(p.repeats for p in plans), setups)
     watch.close_window()
     measurement.gpu_after = gpu_state(device)
     peaks = [peak_memory(call, device) for call in calls]
+    if measurement.cudagraphs:
+        measurement.cudagraphs_used, measurement.cudagraph_skips = watch.cudagraph_verdict()
     return [
-        SideTiming.from_samples(first, side, p.warmup, p.block_size, peak_memory_bytes=peak)
-        for first, side, p, peak in zip(first_ms, samples, plans, peaks, strict=True)
+        SideTiming.from_samples(
+            first,
+            side.samples_ms,
+            p.warmup,
+            p.block_size,
+            peak_memory_bytes=peak,
+            device_samples_ms=side.device_samples_ms,
+            host_bound=side.host_bound,
+        )
+        for first, side, p, peak in zip(first_ms, sides, plans, peaks, strict=True)
     ]
 
 
@@ -236,10 +325,17 @@ def time_eager_alone(timer: Timer, work: Workload, exp: Experiment, first_ms: fl
     """The eager side when there is no compiled side to interleave with (compilation failed)."""
     try:
         calls, (p,) = prepare_sides(timer, work, [work.fn], exp.timing)
-        (samples,) = timer.interleaved(calls, [p], p.repeats)
+        (side,) = timer.interleaved(calls, [p], p.repeats)
     except Exception:
         return None
-    return SideTiming.from_samples(first_ms, samples, p.warmup, p.block_size)
+    return SideTiming.from_samples(
+        first_ms,
+        side.samples_ms,
+        p.warmup,
+        p.block_size,
+        device_samples_ms=side.device_samples_ms,
+        host_bound=side.host_bound,
+    )
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -261,6 +357,8 @@ def worker_info(device: torch.device, placement: Placement) -> WorkerInfo:
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         cpu_model=cpu_model(),
         threads=torch.get_num_threads(),
+        gpu_model=placement.gpu_model or (torch.cuda.get_device_name(device) if device.type == "cuda" else None),
+        versions=versions(),
     )
 
 
@@ -288,24 +386,31 @@ def eager_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[..., 
     return fn
 
 
-def compare(actual: Any, expected: Any) -> AssertionError | None:
-    """``torch.testing.assert_close`` with its per-dtype tolerances; the mismatch, or None."""
-    try:
-        torch.testing.assert_close(actual, expected, equal_nan=True)
-    except AssertionError as e:
-        return e
-    return None
+def compiled_callable(work: Workload, run: PhaseRun, cfg: CompileConfig) -> Callable[..., Any]:
+    """The compiled side's call: the phase's step around the compiled target (``scope: model``),
+    or the whole step compiled (``scope: step``; for inference the step is the forward)."""
+    if cfg.scope == "step":
+        if cfg.method == "module_compile":
+            raise TypeError("compile.scope 'step' compiles a step function; it cannot go with method 'module_compile'")
+        return compile_callable(run.side(work.fn), cfg)
+    return run.side(compile_callable(work.fn, cfg))
 
 
 def peak_memory(call: Callable[[], Any], device: torch.device) -> int | None:
-    """Peak bytes allocated during one call, from a reset of the peak statistics (CUDA only)."""
+    """Bytes one call allocates at its peak beyond what was allocated before it (CUDA only).
+
+    ``max_memory_allocated`` after a reset of the peak statistics, minus ``memory_allocated``
+    just before the call: the inputs, parameters, outputs still held and the L2-flush buffer
+    are excluded, so ``memory_ratio`` compares what eager and compiled allocate themselves (the
+    harness's compression ratio)."""
     if device.type != "cuda":
         return None
     torch.cuda.synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
     call()
     torch.cuda.synchronize(device)
-    return torch.cuda.max_memory_allocated(device)
+    return max(0, torch.cuda.max_memory_allocated(device) - before)
 
 
 def recompile_verdict(watch: DynamoWatch, start: Snapshot) -> dict[str, Any]:
@@ -326,8 +431,9 @@ def recompile_verdict(watch: DynamoWatch, start: Snapshot) -> dict[str, Any]:
     return {"recompiled": bool(reasons), "recompile_reasons": reasons}
 
 
-def analyse_graphs(work: Workload) -> dict[str, Any]:
-    """Graph count, graph breaks and their reasons, from ``torch._dynamo.explain``.
+def analyse_graphs(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, Any]:
+    """Graph count, graph breaks and their reasons, from ``torch._dynamo.explain`` of the target's
+    forward on ``inputs`` (a copy: the trace runs the target).
 
     ``explain`` resets Dynamo before and after its own trace. Some reasons it gives are
     internal (``generic_jump TensorVariable()``); the user-facing message Dynamo logged
@@ -335,7 +441,7 @@ def analyse_graphs(work: Workload) -> dict[str, Any]:
     """
     counters.clear()
     try:
-        explained = torch._dynamo.explain(work.fn)(*work.inputs)
+        explained = torch._dynamo.explain(fn)(*inputs)
     except Exception:
         return {"graph_count": None, "graph_breaks": None, "break_reasons": []}
     logged = [*counters["unimplemented"], *counters["graph_break"]]
@@ -353,6 +459,20 @@ def _describe_break(reason: Any, logged: list[str]) -> str:
     if text.startswith("generic_jump"):
         text = next((m.splitlines()[0] for m in logged if where in m), text)
     return f"{text} ({Path(frame.filename).name}:{frame.lineno})"
+
+
+def preceded_by(first: Setup, setups: Sequence[Setup | None]) -> list[Setup | None]:
+    """Per-block setups that each run ``first`` before their own."""
+
+    def chain(then: Setup | None) -> Setup:
+        def both(calls: int) -> None:
+            first(calls)
+            if then is not None:
+                then(calls)
+
+        return both
+
+    return [chain(then) for then in setups]
 
 
 def cpu_model() -> str | None:

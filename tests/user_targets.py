@@ -64,3 +64,163 @@ class CountingModule(torch.nn.Module):
 def make_counting_module(device: torch.device):
     PYTHON_FORWARDS["eager"] = 0
     return CountingModule().to(device), (torch.randn(2, 4, device=device),)
+
+
+# The five cases of issue 7's table, and the other shapes of output a check must handle.
+
+
+def make_nested(device: torch.device, n: int = 64):
+    """A nested output with non-tensor leaves: a dict holding a list, a tuple, an int and a str."""
+
+    def fn(x):
+        t = torch.tanh(x)
+        return {"logits": t * 2, "aux": [t + 1, (t.sum(), 3)], "name": "out"}
+
+    return fn, (torch.randn(n, device=device),)
+
+
+SEEN_BY_MUTATING = []
+
+
+def make_mutating(device: torch.device, n: int = 64):
+    """Adds 1 to its input in place: every call must still see the same input values."""
+    SEEN_BY_MUTATING.clear()
+
+    def fn(x):
+        if not torch.compiler.is_compiling():
+            SEEN_BY_MUTATING.append(float(x[0]))
+        x.add_(1)
+        return x * 2
+
+    return fn, (torch.zeros(n, device=device),)
+
+
+def make_long_sum(device: torch.device, n: int = 1_000_000, total: float = 100.0):
+    """A long float32 reduction that inductor sums in another order than eager.
+
+    The input is shifted to sum to ``total``: the 2e-4 to 3e-3 by which two summation orders differ
+    are then a relative 2e-6 to 3e-5, above assert_close's float32 rtol (1.3e-6), below the 1e-4
+    of PyTorch's harness."""
+    x = torch.randn(n, device=device)
+    return (lambda x: (x * 1.0001).sum() + x.pow(2).mean()), (x - x.mean() + total / n,)
+
+
+def make_dropout_mlp(device: torch.device, width: int = 32, batch: int = 8):
+    """Linear then Dropout(0.5), as nn.Module returns it: in training mode."""
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.Dropout(0.5)).to(device)
+    return model, (torch.randn(batch, width, device=device),)
+
+
+class LayerCache:
+    """A cache layer as a library keeps it: tensors among other attributes, no registered structure."""
+
+    def __init__(self, keys, values):
+        self.keys, self.values = keys, values
+        self.is_initialized = True
+        self.device = keys.device
+
+
+class Cache:
+    def __init__(self):
+        self.layers = []
+
+
+class ModelOutputLike(dict):
+    """A dict subclass with attribute access, as Hugging Face's ModelOutput is."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError as e:
+            raise AttributeError(name) from e
+
+
+class TinyCachingLM(torch.nn.Module):
+    """Returns a ModelOutput-like dict holding logits and a cache object of key/value tensors."""
+
+    def __init__(self, vocab: int = 50, width: int = 16):
+        super().__init__()
+        self.embed = torch.nn.Embedding(vocab, width)
+        self.k, self.v = torch.nn.Linear(width, width), torch.nn.Linear(width, width)
+        self.head = torch.nn.Linear(width, vocab)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        cache = Cache()
+        cache.layers.append(LayerCache(self.k(h), self.v(h)))
+        return ModelOutputLike(logits=self.head(torch.tanh(h)), cache=cache)
+
+
+def make_caching_lm(device: torch.device, batch: int = 2, seq: int = 8):
+    return TinyCachingLM().to(device), (torch.randint(0, 50, (batch, seq), device=device),)
+
+
+def make_hf_gpt2(device: torch.device, layers: int = 2, width: int = 64, heads: int = 2, seq: int = 16):
+    """Hugging Face GPT-2 from a config with random weights (needs ``transformers``; nothing downloaded)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    vocab = 128
+    config = GPT2Config(
+        n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=seq, bos_token_id=0, eos_token_id=0
+    )
+    model = GPT2LMHeadModel(config).to(device)
+    return model, (torch.randint(0, vocab, (2, seq), device=device),)
+
+
+class Opaque:
+    """No tensors, no attributes, no __eq__: nothing a check can compare."""
+
+    __slots__ = ()
+
+
+def make_opaque(device: torch.device):
+    return (lambda x: (x * 2, Opaque())), (torch.randn(8, device=device),)
+
+
+def make_nondeterministic(device: torch.device):
+    """Noise from a generator the experiment's seed does not reset: eager differs from itself."""
+    generator = torch.Generator(device=device).manual_seed(0)
+
+    def fn(x):
+        return x + torch.rand(x.shape, generator=generator, device=x.device)
+
+    return fn, (torch.zeros(8, device=device),)
+
+
+def make_linear(device: torch.device, width: int = 64, batch: int = 16):
+    """A Linear layer: parameters for training, outputs of order 1."""
+    return torch.nn.Linear(width, width).to(device), (torch.randn(batch, width, device=device),)
+
+
+MODES = []
+
+
+class ModeRecorder(torch.nn.Module):
+    """Records the module's mode and the grad mode of every eager forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        if not torch.compiler.is_compiling():
+            MODES.append((self.training, torch.is_grad_enabled()))
+        return self.lin(x)
+
+
+def make_mode_recorder(device: torch.device):
+    MODES.clear()
+    return ModeRecorder().to(device), (torch.randn(2, 4, device=device),)
+
+
+def make_classifier(device: torch.device, batch: int = 4):
+    """A Workload with its own loss: cross entropy against fixed labels."""
+    from tasks.targets import Workload
+
+    labels = torch.randint(0, 3, (batch,), device=device)
+    model = torch.nn.Linear(8, 3).to(device)
+    return Workload(
+        model,
+        (torch.randn(batch, 8, device=device),),
+        loss_fn=lambda out: torch.nn.functional.cross_entropy(out, labels),
+    )

@@ -23,9 +23,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported where it is used, never when this module is imported: listing the
+# targets (``compilebench tasks``, spec validation) must not pay for it.
 
 Factory = Callable[..., Any]
 
@@ -49,19 +53,93 @@ class Workload:
     inputs: tuple[Any, ...]
     check_inputs: list[tuple[Any, ...]] = field(default_factory=list)
     cycle: list[tuple[Any, ...]] | None = None  # inputs of successive calls, when they vary
-    loss_fn: Callable[[Any], Any] | None = None  # training: output -> scalar loss (default: sum of floating outputs)
+    loss_fn: Callable[[Any], Any] | None = None  # training: output -> scalar loss (default: tasks.phases)
 
     def caller(self, fn: Callable[..., Any]) -> Callable[[], Any]:
-        """A no-argument call of ``fn`` on this workload's inputs (the next ones, when they cycle)."""
+        """A no-argument call of ``fn`` on this workload's inputs (the next ones, when they cycle).
+
+        A cycling call is a ``CycleCall``: its ``start_round(calls)``, handed to a timer as the
+        per-block setup, starts round ``r`` at input ``r * calls``, so that every side sees the
+        same input in the same round whatever its warmup and estimate calls were.
+        """
         if not self.cycle:
             inputs = self.inputs
             return lambda: fn(*inputs)
-        sets, position = self.cycle, itertools.count()
-        return lambda: fn(*sets[next(position) % len(sets)])
+        return CycleCall(fn, self.cycle)
 
     @property
     def is_module(self) -> bool:
+        import torch
+
         return isinstance(self.fn, torch.nn.Module)
+
+
+class CycleCall:
+    """``fn`` on input tuples taken in turn; rounds restart at a position set by ``start_round``."""
+
+    def __init__(self, fn: Callable[..., Any], sets: list[tuple[Any, ...]]) -> None:
+        self.fn, self.sets = fn, sets
+        self.position = 0
+        self.rounds = itertools.count()
+
+    def __call__(self) -> Any:
+        inputs = self.sets[self.position % len(self.sets)]
+        self.position += 1
+        return self.fn(*inputs)
+
+    def start_round(self, calls: int) -> None:
+        self.position = next(self.rounds) * calls
+
+
+def copy_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The inputs with every tensor copied (strides, dtype and ``requires_grad`` kept), inside
+    tuples, lists and dicts; other values as they are."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        return t.detach().clone().requires_grad_(t.requires_grad)
+
+    return tuple(pytree.tree_map_only(torch.Tensor, copy, inputs))
+
+
+def input_versions(inputs: tuple[Any, ...]) -> list[int]:
+    """The version counters of the input tensors: any in-place change of a tensor bumps its own."""
+    import torch
+    import torch.utils._pytree as pytree
+
+    return [t._version for t in pytree.tree_leaves(inputs) if isinstance(t, torch.Tensor)]
+
+
+class FreshInputs:
+    """Copies of a workload's input tuples, made ahead for a target that mutates its inputs, so
+    that every call sees the same values and no copy is made inside a timed block.
+
+    ``setup(n)`` (a timer's per-block hook, outside the timed region) tops up ``n`` waiting copies
+    of each input tuple; ``wrap(fn)`` calls ``fn`` on the next waiting copy of the inputs it is
+    given, or on a copy made on the spot when none waits (the untimed estimate and warmup calls).
+    """
+
+    def __init__(self, input_sets: list[tuple[Any, ...]]) -> None:
+        self._sets = {_key(s): s for s in input_sets}
+        self._waiting: dict[tuple[int, ...], list[tuple[Any, ...]]] = {k: [] for k in self._sets}
+
+    def setup(self, calls: int) -> None:
+        for key, inputs in self._sets.items():
+            waiting = self._waiting[key]
+            while len(waiting) < calls:
+                waiting.append(copy_inputs(inputs))
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*inputs: Any) -> Any:
+            waiting = self._waiting.get(_key(inputs))
+            return fn(*(waiting.pop() if waiting else copy_inputs(inputs)))
+
+        return call
+
+
+def _key(inputs: tuple[Any, ...]) -> tuple[int, ...]:
+    return tuple(id(x) for x in inputs)
 
 
 REGISTRY: dict[str, Target] = {}
@@ -97,8 +175,10 @@ def resolve(target: str) -> Factory:
         sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise TargetError(f"cannot import module '{module_name}' of target '{target}': {e}") from e
+    except (Exception, SystemExit) as e:  # the user's module runs here: a syntax error, a raise, an exit
+        problem = str(e).strip().splitlines()[0] if str(e).strip() else "no message"
+        kind = "" if isinstance(e, ImportError) else f"{type(e).__name__}: "
+        raise TargetError(f"cannot import module '{module_name}' of target '{target}': {kind}{problem}") from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise TargetError(f"module '{module_name}' has no callable '{attr}' (target '{target}')")
@@ -119,7 +199,7 @@ def check_params(target: str, params: dict[str, Any]) -> None:
     """Raise ``TargetError`` when ``params`` does not fit the factory's signature."""
     factory = resolve(target)
     try:
-        inspect.signature(factory).bind(torch.device("cpu"), **params)
+        inspect.signature(factory).bind(None, **params)  # the device's place; binding needs no torch
     except TypeError as e:
         accepted = ", ".join(params_of(factory)) or "none"
         raise TargetError(f"{e} (target '{target}' accepts: {accepted})") from e
@@ -149,11 +229,16 @@ def build(target: str, device: torch.device, params: dict[str, Any]) -> Workload
 
 def dtype_of(name: str) -> torch.dtype:
     """``"float16"`` → ``torch.float16``; a clear error for anything that is not a dtype."""
+    import torch
+
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
         raise TargetError(f"unknown dtype '{name}'")
     return dtype
 
 
+from tasks.targets import blocks as _blocks  # noqa: E402,F401
 from tasks.targets import dynamic as _dynamic  # noqa: E402,F401  (registers the built-in targets)
+from tasks.targets import gpt as _gpt  # noqa: E402,F401
+from tasks.targets import hf as _hf  # noqa: E402,F401
 from tasks.targets import seed as _seed  # noqa: E402,F401

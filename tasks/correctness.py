@@ -35,6 +35,14 @@ as the harness's Hugging Face and TIMM suites are. A float32 output computed und
 What cannot be judged is reported, not failed: an output holding an object with no known structure
 (no attributes, no ``__eq__``) raises ``Uncheckable``, which the procedure turns into
 ``correct: null`` with the reason.
+
+The check step of the procedure (``take_references`` before anything compiles, ``check_compiled``
+after the first compiled call), as the harness orders it: eager runs twice from the same training
+state and seed, and two runs that differ make the result ``correct: null`` with
+``eager_deterministic: false`` rather than a compiled failure; a float64 deep copy of the target
+runs on float64 copies of the inputs, outside autocast. Then the compiled side's first call, a later
+call (after CUDA graphs were recorded, under ``reduce-overhead``) and its call on every check input
+are each compared; every checked call starts from fresh input copies and a reseeded RNG.
 """
 
 from __future__ import annotations

@@ -140,6 +140,8 @@ class Journal:
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
+        if not self._file.closed and os.fstat(self._file.fileno()).st_size == 0:
+            self.path.unlink(missing_ok=True)  # nothing was recorded (the cluster was unreachable…): leave no trace
         self._file.close()  # closing releases the lock
 
     def __enter__(self) -> Journal:

@@ -16,6 +16,7 @@ from orchestrator.cluster import (
     WORKING_DIR_EXCLUDES,
     ClusterError,
     ClusterInfo,
+    describe,
     environment,
     version_warnings,
     with_versions,
@@ -142,8 +143,9 @@ def test_nodes_carry_the_versions_their_workers_reported_and_disagreements_warn(
 
 
 def test_environment_lists_the_live_nodes_with_versions(ray_cluster):
-    local = ray_cluster.nodes[0].node_id
-    env = environment(ray_cluster, [result("1", local, {"torch": "2.13.0", "triton": "3.6.0"})])
+    live = describe()  # the session's instance, as it is now
+    local = live.nodes[0].node_id
+    env = environment(live, [result("1", local, {"torch": "2.13.0", "triton": "3.6.0"})])
     assert [n.node_id for n in env.nodes] == [local]
     assert env.nodes[0].versions == {"torch": "2.13.0", "triton": "3.6.0"} and env.warnings == []
 
@@ -235,3 +237,28 @@ def test_all_expands_to_the_models_the_cluster_advertises(write_spec):
     plain = load_spec(write_spec("name: z\nexperiments: [{target: seed.foo}, {target: seed.foo, gpu_models: all}]\n"))
     experiments, _ = expand_all_gpu_models(plain.experiments, ClusterInfo(address=None, nodes=[node("a")]))
     assert len(experiments) == 1  # `all` with no model named is the plain experiment: kept once
+
+
+def test_all_runs_once_on_each_model_of_a_multinode_cluster(write_spec, tmp_path):
+    """End to end through api.run: two GPU nodes of two models, a head that holds nothing."""
+    from orchestrator import api
+
+    from .conftest import multinode_cluster
+
+    spec = write_spec(
+        """
+        name: models
+        defaults: {compile: {backend: eager}, timing: {warmup: 0, repeats: 1}, check: {enabled: false}}
+        experiments:
+          - target: tests.user_targets:make_scaled
+            gpu_models: all
+        """
+    )
+    nodes = [{"num_cpus": 1, "num_gpus": 1, "resources": {f"accelerator_type:{m}": 1}} for m in ("H100", "A10G")]
+    with multinode_cluster(head_cpus=0, nodes=nodes):
+        report = api.run(spec, tmp_path / "r.json")
+    assert [(r.gpu_model, r.status) for r in report.results] == [("A10G", "ok"), ("H100", "ok")]
+    assert all(r.worker and r.worker.gpu_model == r.gpu_model for r in report.results)
+    models = sorted(m for n in report.environment.nodes for m in n.gpu_models)
+    assert models == ["A10G", "H100"] and len(report.environment.nodes) == 3
+    assert report.complete and report.environment.warnings == []

@@ -3,9 +3,10 @@
     python benchmarks/startup.py           # about a minute on 2 cores
 
 Each command runs once untimed (disk caches), then 5 times; the table shows the median wall
-time of the whole process and whether it imported torch and Ray (read from the process
-itself). Targets, from issue 9: under 0.5 s for --help, tasks and the report-reading
-commands; validate pays for torch only to check backends, modes and options, never for Ray.
+time of the whole process, the median CPU time it used (user + system: what a busy machine
+inflates less), and whether it imported torch and Ray (read from the process itself).
+Targets, from issue 9: under 0.5 s for --help, tasks and the report-reading commands;
+validate pays for torch only to check backends, modes and options, never for Ray.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,18 +51,24 @@ COMMANDS: list[tuple[str, list[str], bool]] = [  # (shown as, arguments, held to
 ]
 
 
-def timed(argv: list[str], probe: Path | None = None) -> float:
+def timed(argv: list[str], probe: Path | None = None) -> tuple[float, float]:
+    """Wall time of one run of ``argv`` and the CPU time (user + system) its process used."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if probe is not None:
         env["STARTUP_PROBE"] = str(probe)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(argv: list[str], probe: Path | None = None) -> float:
-    timed(argv, probe)  # untimed: page cache, .pyc files
-    return statistics.median(timed(argv, probe) for _ in range(RUNS))
+def measure(argv: list[str]) -> tuple[float, float]:
+    """Medians of wall and CPU time over ``RUNS`` runs, after one untimed run (page cache, .pyc files)."""
+    timed(argv)
+    runs = [timed(argv) for _ in range(RUNS)]
+    return statistics.median(w for w, _ in runs), statistics.median(c for _, c in runs)
 
 
 def main() -> None:
@@ -70,12 +78,12 @@ def main() -> None:
         f"{time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, {os.cpu_count()} CPUs; "
         f"median of {RUNS} runs after one untimed run\n"
     )
-    print("| command | start-up (median of 5) | imports torch | imports Ray | target |")
-    print("| --- | ---: | --- | --- | --- |")
+    print("| command | start-up, wall | CPU time | imports torch | imports Ray | target |")
+    print("| --- | ---: | ---: | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as tmp:
         probe = Path(tmp) / "probe.json"
         for shown, args, held in COMMANDS:
-            seconds = measure([script, *args] if script else [sys.executable, "-m", "orchestrator", *args])
+            seconds, cpu = measure([script, *args] if script else [sys.executable, "-m", "orchestrator", *args])
             timed([sys.executable, "-c", PROBE, *args], probe)  # once more, to read what it imported
             imported = json.loads(probe.read_text())
             target = (
@@ -84,11 +92,13 @@ def main() -> None:
                 else ("ok" if not imported["ray"] else "OUT (no Ray)")
             )
             print(
-                f"| `{shown}` | {seconds:.2f} s | {'yes' if imported['torch'] else 'no'} "
+                f"| `{shown}` | {seconds:.2f} s | {cpu:.2f} s | {'yes' if imported['torch'] else 'no'} "
                 f"| {'yes' if imported['ray'] else 'no'} | {target} |"
             )
-        baseline = measure([sys.executable, "-c", "import torch"])
-        print(f"| `python -c 'import torch'` (for scale) | {baseline:.2f} s | yes | no | |")
+        baseline, baseline_cpu = measure([sys.executable, "-c", "import torch"])
+        print(f"| `python -c 'import torch'` (for scale) | {baseline:.2f} s | {baseline_cpu:.2f} s | yes | no | |")
+    load = os.getloadavg()[0]
+    print(f"\nLoad average at the end: {load:.1f} on {os.cpu_count()} CPUs (it inflates wall times; CPU times less).")
 
 
 if __name__ == "__main__":

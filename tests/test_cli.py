@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
@@ -28,7 +29,7 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert report["schema_version"] == 1
+    assert report["schema_version"] == 2
     assert set(report) >= {"spec", "environment", "results", "summary"}
     assert report["environment"]["nodes"] and report["environment"]["torch"]
     results = {
@@ -125,3 +126,90 @@ def test_unreachable_cluster_exits_1_quickly_with_one_line(tmp_path):
         "error: could not connect to Ray cluster at '127.0.0.1:1': [Errno 111] Connection refused"
     ]
     assert not (tmp_path / "r.json").exists()
+
+
+# --- Bad input: exit 2 with one line, before anything starts. ---
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_validate_a_spec_that_is_not_utf8(tmp_path):
+    spec = tmp_path / "junk.yaml"
+    spec.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)))
+    line = one_error_line(runner.invoke(app, ["validate", str(spec)]))
+    assert line == "error: junk.yaml: not UTF-8 text (byte 0x89 at line 1); a spec is a YAML or JSON text file"
+
+
+def test_validate_a_spec_with_a_duplicate_key(write_spec):
+    spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    params: {shape: [8]}\n    params: {}\n")
+    line = one_error_line(runner.invoke(app, ["validate", str(spec)]))
+    assert line == "error: spec.yaml: duplicate key 'params' at line 5 (first given at line 4)"
+
+
+def test_validate_a_user_target_with_a_syntax_error(write_spec, tmp_path, monkeypatch):
+    (tmp_path / "my_broken_model.py").write_text("import torch\ndef make(device)\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec("name: x\nexperiments:\n  - target: my_broken_model:make\n")
+    line = one_error_line(runner.invoke(app, ["validate", str(spec)]))
+    assert line == (
+        "error: spec.yaml: experiments[0].target: cannot import module 'my_broken_model' of target "
+        "'my_broken_model:make': SyntaxError: expected ':' (my_broken_model.py, line 2)"
+    )
+
+
+def out_cases(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    return {
+        "directory": (tmp_path, f"--out {tmp_path}: is a directory; give a file path for the report, e.g. "),
+        "folder": (blocker / "sub" / "r.json", f"--out {blocker / 'sub' / 'r.json'}: cannot create the folder "),
+        "unwritable": (Path("/proc/r.json"), "--out /proc/r.json: cannot write in /proc: "),
+    }
+
+
+@pytest.mark.parametrize("case", ["directory", "folder", "unwritable"])
+def test_out_problems_are_caught_before_ray_starts(tmp_path, write_spec, monkeypatch, case):
+    from orchestrator import api
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("the run started despite a bad --out")
+
+    monkeypatch.setattr(api, "run", no_run)
+    out, expected = out_cases(tmp_path)[case]
+    spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    compile: {backend: eager}\n")
+    line = one_error_line(runner.invoke(app, ["run", str(spec), "--out", str(out)]))
+    assert line.startswith(f"error: {expected}"), line
+    assert not list(tmp_path.rglob("*.journal.jsonl")) and not list(tmp_path.rglob("*.probe"))
+
+
+def test_out_naming_a_directory_ends_at_once_not_after_the_sweep(tmp_path, write_spec):
+    spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    compile: {backend: eager}\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", str(spec), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        f"error: --out {tmp_path}: is a directory; give a file path for the report, e.g. {tmp_path / 'report.json'}"
+    ]
+
+
+def test_the_library_checks_out_before_connecting(tmp_path, monkeypatch):
+    from orchestrator import api
+    from orchestrator.paths import OutPathError
+
+    def no_cluster(*args, **kwargs):
+        raise AssertionError("connected to Ray despite a bad --out")
+
+    monkeypatch.setattr(api, "connect", no_cluster)
+    with pytest.raises(OutPathError, match="is a directory"):
+        api.run(ROOT / "examples" / "seed.yaml", tmp_path)

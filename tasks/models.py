@@ -10,7 +10,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 Device = Literal["auto", "cuda", "cpu"]
 Status = Literal[
@@ -25,6 +25,7 @@ Status = Literal[
 ]
 CompileMethod = Literal["torch_compile", "module_compile"]
 CacheState = Literal["cold", "warm"]
+CompileScope = Literal["model", "step"]
 Phase = Literal["inference", "training"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "amp_bf16", "amp_fp16"]
 Optimizer = Literal["sgd", "adamw"]
@@ -42,13 +43,34 @@ class Closed(BaseModel):
 class CompileConfig(Closed):
     """Arguments of ``torch.compile`` (or ``nn.Module.compile``) for one experiment."""
 
-    backend: str = "inductor"
-    mode: str | None = None
-    fullgraph: bool = False
-    dynamic: bool | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
-    method: CompileMethod = "torch_compile"
-    cache: CacheState = "warm"
+    backend: str = Field(
+        default="inductor", description="torch.compile backend: inductor, aot_eager, eager, cudagraphs, ..."
+    )
+    mode: str | None = Field(
+        default=None,
+        description="inductor mode: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs, lite",
+    )
+    fullgraph: bool = Field(default=False, description="fail on any graph break instead of splitting the graph")
+    dynamic: bool | None = Field(
+        default=None, description="dynamic shapes: true, false (static), or null (torch decides on a recompile)"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="inductor config passed as torch.compile(options=...); not with mode"
+    )
+    method: CompileMethod = Field(
+        default="torch_compile",
+        description="'torch_compile': torch.compile(target); 'module_compile': module.compile() in place",
+    )
+    cache: CacheState = Field(
+        default="warm",
+        description="'warm': the node's compile cache for the task's slot; 'cold': a fresh process and empty "
+        "inductor/Triton caches, for a true cold-start compile latency",
+    )
+    scope: CompileScope = Field(
+        default="model",
+        description="'model': compile the target (a training step runs loss, backward and optimizer eagerly "
+        "around it); 'step': compile the whole step (forward, loss, backward, optimizer)",
+    )
 
     @field_validator("mode")
     @classmethod
@@ -64,6 +86,8 @@ class CompileConfig(Closed):
             parts.append("dynamic" if self.dynamic else "static")
         if self.method != "torch_compile":
             parts.append(self.method)
+        if self.scope != "model":
+            parts.append(f"scope={self.scope}")
         if self.options:
             parts.append("options=" + _digest(self.options, 6))
         if self.cache == "cold":
@@ -83,16 +107,18 @@ class CompileConfig(Closed):
 class TimingConfig(Closed):
     """How many untimed warmup calls precede how many timed samples, per side.
 
-    ``warmup_ms``/``repeats_ms`` are budgets that, when given, replace the counts: as many
-    calls as fit, from an estimate of one call (as Triton's ``do_bench`` does).
+    ``warmup_ms``/``repeats_ms`` are budgets that replace the counts: as many calls as fit,
+    from an estimate of one call (as Triton's ``do_bench`` does); a count and a budget for the
+    same thing together are an error. Neither given: by device (``tasks.timers.plan``): 3 and
+    10 on the CPU, do_bench's 25 ms and 100 ms (at least 10 samples) on CUDA.
     ``flush_l2`` zeroes a buffer larger than L2 before each timed CUDA call.
     """
 
-    warmup: int = Field(default=3, ge=0)
-    repeats: int = Field(default=10, ge=1)
-    warmup_ms: float | None = Field(default=None, gt=0)
-    repeats_ms: float | None = Field(default=None, gt=0)
-    flush_l2: bool = False
+    warmup: int | None = Field(default=None, ge=0, description="None: by device (3 on the CPU, 25 ms on CUDA)")
+    repeats: int | None = Field(default=None, ge=1, description="None: by device (10 on the CPU, 100 ms on CUDA)")
+    warmup_ms: float | None = Field(default=None, gt=0, description="warmup time budget per side, in ms")
+    repeats_ms: float | None = Field(default=None, gt=0, description="timing budget per side, in ms")
+    flush_l2: bool = Field(default=False, description="CUDA: zero a buffer larger than L2 before each timed call")
     method: TimingMethod | None = Field(
         default=None,
         description="CUDA only: 'wall' (perf_counter between two synchronisations: what a user waits for, "
@@ -104,11 +130,19 @@ class TimingConfig(Closed):
         "'system': left as the C library sets it.",
     )
 
+    @field_validator("warmup_ms", "repeats_ms")
+    @classmethod
+    def _count_or_budget(cls, value: float | None, info: ValidationInfo) -> float | None:
+        count = info.field_name.removesuffix("_ms") if info.field_name else ""
+        if value is not None and info.data.get(count) is not None:
+            raise ValueError(f"cannot be combined with timing.{count} (give a count or a time budget, not both)")
+        return value
+
 
 class CheckConfig(Closed):
     """How the compiled side's outputs (and, in training, gradients) are judged against eager."""
 
-    enabled: bool = True
+    enabled: bool = Field(default=True, description="compare the compiled outputs with the reference")
     rtol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
     atol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
     reference: CheckReference = Field(
@@ -121,24 +155,34 @@ class CheckConfig(Closed):
 class Resources(Closed):
     """What one experiment reserves on its node. ``None`` means: derive from the device."""
 
-    gpus: int | None = Field(default=None, ge=0)
-    cpus: int | None = Field(default=None, ge=1)
+    gpus: int | None = Field(default=None, ge=0, description="GPUs to reserve; None: one for a GPU experiment")
+    cpus: int | None = Field(
+        default=None, ge=1, description="CPU cores to reserve; None: derived from the device (all of a node for CPU)"
+    )
 
 
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
-    target: str
-    params: dict[str, Any] = Field(default_factory=dict)
-    device: Device = "auto"
-    resources: Resources = Field(default_factory=Resources)
-    compile: CompileConfig = Field(default_factory=CompileConfig)
-    timing: TimingConfig = Field(default_factory=TimingConfig)
-    seed: int = 0
-    phase: Phase = "inference"
-    precision: Precision = "fp32"
+    target: str = Field(
+        description="a built-in target (`compilebench tasks` lists them) or 'package.module:factory' for your own"
+    )
+    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the target's factory")
+    device: Device = Field(
+        default="auto", description="'auto': CUDA where the worker has a GPU, else the CPU; or 'cuda', 'cpu'"
+    )
+    resources: Resources = Field(default_factory=Resources, description="what the experiment reserves on its node")
+    compile: CompileConfig = Field(default_factory=CompileConfig, description="arguments of torch.compile")
+    timing: TimingConfig = Field(default_factory=TimingConfig, description="warmup and timed calls per side")
+    seed: int = Field(default=0, description="seeds torch's RNG before the target's factory runs")
+    phase: Phase = Field(
+        default="inference", description="'inference': forward only; 'training': forward, backward (and optimizer)"
+    )
+    precision: Precision = Field(
+        default="fp32", description="fp32, tf32, bf16, fp16 (the target cast), or amp_bf16/amp_fp16 (autocast)"
+    )
     optimizer: Optimizer | None = Field(default=None, description="training only: an optimizer step after backward")
-    check: CheckConfig = Field(default_factory=CheckConfig)
+    check: CheckConfig = Field(default_factory=CheckConfig, description="how compiled outputs are judged correct")
     timeout_s: float = Field(default=1800.0, gt=0, description="seconds for the whole experiment, compile included")
     retries: int = Field(default=1, ge=0, description="re-runs on a fresh worker after the worker process died")
     gpu_model: str | None = Field(

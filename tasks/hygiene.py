@@ -7,8 +7,9 @@ What an experiment leaves behind in the process is undone before the next one
 in-process caches, inductor's and Dynamo's configuration, torch's process-wide switches
 (grad mode, default dtype and device, matmul precision, TF32 and cuDNN flags, deterministic
 algorithms), the environment and the working directory as they were when the worker started,
-the RNGs, garbage (a full collection: the objects alive after start-up are frozen out of it,
-so it costs milliseconds, not the ~130 ms of a process holding torch), and, where CUDA has been
+the RNGs, garbage (a full collection, after which what survived is frozen out of later ones:
+each then scans only what the last experiment left, milliseconds rather than the ~130 ms of a
+full collection in a process holding torch), and, where CUDA has been
 initialised, the CUDA caching allocator's memory and its peak statistics. Cores, affinity,
 thread counts and the compile-cache variables are restored by ``tasks.isolation`` around each
 experiment already.
@@ -155,6 +156,7 @@ def reset(baseline: Baseline) -> None:
     random.seed(0)
     np.random.seed(0)
     gc.collect()
+    gc.freeze()  # what survived lives as long as the worker (modules imported on first use): out of later collections
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

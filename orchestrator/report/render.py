@@ -55,17 +55,21 @@ def counts_text(summary: Summary) -> str:
 
 
 def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
-    """One row a result: times, speedup and interval, compile latency, achieved throughput, status."""
-    work = any(r.work and (r.work.flops or r.work.bytes) for r in results)
+    """One row a result: times, speedup and interval, compile latency, achieved throughput, status.
+
+    TFLOP/s and GB/s are the compiled side's (eager's: divide by the speedup), shown when some
+    result counted that kind of work.
+    """
+    flops = any(r.work and r.work.flops for r in results)
+    bytes_ = any(r.work and r.work.bytes for r in results)
     models = {device_model(r) for r in results}
-    headers = ["target", "params", *(["device"] if len(models) > 1 else []), "config"]
+    headers = ["target", *(["device"] if len(models) > 1 else []), "config"]
     headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s"]
-    if work:
-        headers += ["TFLOP/s", "GB/s"]  # achieved by the compiled side (eager's: divide by the speedup)
+    headers += [*(["TFLOP/s"] if flops else []), *(["GB/s"] if bytes_ else [])]
     headers += ["breaks", "status", "notes"]
     rows = []
     for r in results:
-        row = [r.target, params_text(r.params, r.phase, r.precision)]
+        row = [group_label(r.target, r.params, r.phase, r.precision)]
         if len(models) > 1:
             row.append(device_model(r) or "-")
         row += [
@@ -76,9 +80,8 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
             interval(r.speedup_ci),
             seconds(r.compile_latency_s),
         ]
-        if work:
-            rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
-            row += [rate(rates.tflops), rate(rates.gbps)]
+        rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
+        row += [*([rate(rates.tflops)] if flops else []), *([rate(rates.gbps)] if bytes_ else [])]
         row += ["-" if r.graph_breaks is None else str(r.graph_breaks), r.status, ", ".join(notes(r))]
         rows.append(row)
     right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s", "GB/s", "breaks"}
@@ -195,8 +198,8 @@ def views(report: Report) -> Iterator[Rows]:
 def rich_table(rows: Rows) -> Table:
     """The rows as a rich table; cells are plain text (never markup), failures and regressions in red."""
     table = Table(title=Text(rows.title, style="table.title"))
-    for name in rows.headers:
-        table.add_column(name, justify="right" if name in rows.right else "left")
+    for name in rows.headers:  # long words (configuration labels) wrap rather than lose their end
+        table.add_column(name, justify="right" if name in rows.right else "left", overflow="fold")
     for row in rows.rows:
         cells = [
             Text(cell, style="red" if (header == "status" and cell != "ok") or cell == "REGRESSION" else "")
@@ -343,7 +346,7 @@ def notes(r: Result) -> list[str]:
     out = ["recompiled"] if r.recompiled else []
     noisy = [name for name, side in (("eager", r.eager), ("compiled", r.compiled)) if side and side.noisy]
     if noisy:
-        out.append(f"noisy:{'+'.join(noisy)}")
+        out.append(f"noisy {'both' if len(noisy) == 2 else noisy[0]}")  # IQR over 10% of the median
     if r.status == "ok" and r.correct is None:
         out.append("unchecked")
     return out
@@ -374,10 +377,6 @@ def rate(value: float | None) -> str:
     if value is None:
         return "-"
     return "<0.001" if value < 0.001 else f"{value:.3g}"
-
-
-def params_text(params: dict[str, Any], phase: str = "inference", precision: str = "fp32") -> str:
-    return group_label("", params, phase, precision).strip()
 
 
 def first_line(message: str, limit: int = 160) -> str:

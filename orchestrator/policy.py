@@ -288,7 +288,7 @@ class Scheduler:
         worker = self.workers.get(worker_id)
         if worker is None:
             return None
-        entry = worker.entry
+        entry, started_at = worker.entry, worker.started_at
         if alive:
             self._free(worker)
         else:
@@ -298,11 +298,11 @@ class Scheduler:
         if entry is None:
             return None
         if oom:
-            return self._final(entry, "oom", error, worker, now)
+            return self._final(entry, "oom", error, worker, now, started_at)
         if entry.attempts <= entry.exp.retries:
             self.queue.requeue(entry)
             return None
-        return self._final(entry, "crashed", error, worker, now)
+        return self._final(entry, "crashed", error, worker, now, started_at)
 
     def expired(self, now: float) -> list[tuple[int, Result]]:
         """Workers whose experiment passed its deadline, with the experiment's ``timeout`` result.
@@ -494,10 +494,21 @@ class Scheduler:
         if self._start_failures[node_id] >= MAX_START_FAILURES and node_id in self.nodes:
             self.broken[node_id] = f"{error.type}: {error.message.splitlines()[0] if error.message else ''}"
 
-    def _final(self, entry: Entry, status: Status, error: ErrorInfo, worker: WorkerView | None, now: float) -> Result:
+    def _final(
+        self,
+        entry: Entry,
+        status: Status,
+        error: ErrorInfo,
+        worker: WorkerView | None,
+        now: float,
+        started_at: float | None = None,
+    ) -> Result:
+        """A final result made here (the worker made none): when it started on its last worker."""
         self.queue.done(entry)
-        started = worker.started_at if worker is not None and worker.started_at is not None else now
-        result = failed_result(entry.exp, status, error, started_at=started, finished_at=now)
+        started = started_at if started_at is not None else worker.started_at if worker is not None else None
+        result = failed_result(
+            entry.exp, status, error, started_at=now if started is None else started, finished_at=now
+        )
         result.attempts = entry.attempts
         result.requested = entry.exp.resources
         if worker is not None:

@@ -143,6 +143,7 @@ def test_a_death_of_the_fresh_process_keeps_the_worker():
     (d,) = s.plan(0).dispatch
     final = s.died(d.worker_id, CRASH, now=1, alive=True)
     assert final.status == "crashed" and final.attempts == 1
+    assert (final.started_at, final.finished_at) == (0, 1)
     plan = s.plan(1)
     assert plan.start == [] and plan.dispatch == [Dispatch(start.worker_id, exp(1))]
 

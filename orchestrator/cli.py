@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -13,9 +13,9 @@ from rich.table import Table
 # Heavy modules (torch, Ray, inductor) are imported inside the commands that need them, so
 # that --help and the report-reading commands start at once.
 if TYPE_CHECKING:
-    from orchestrator.cluster import ClusterInfo
+    from orchestrator.api import RunPlan
+    from orchestrator.report import Report
     from orchestrator.spec import Spec
-    from tasks.models import Result
 
 app = typer.Typer(
     add_completion=False,
@@ -53,47 +53,94 @@ def run(
         int | None, typer.Option(min=0, help="Logical GPUs of the local Ray instance (no --address).")
     ] = None,
     num_cpus: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all).")] = None,
+    html: Annotated[Path | None, typer.Option("--html", help="Also write the report as one HTML page.")] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Keep the results in OUT's journal and run only the rest.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, emptying OUT's journal.")] = False,
+    pending_timeout: Annotated[
+        float,
+        typer.Option(min=0, help="With --address: seconds an experiment waits for a node that can hold it to join."),
+    ] = 900.0,
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory shipped to every worker (user targets). Default with --address: the current one "
+            "when the spec names a target by import path."
+        ),
+    ] = None,
 ) -> None:
-    """Run every experiment of SPEC and write the report to OUT."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    """Run every experiment of SPEC and write the report to OUT (its journal: OUT's name + .journal.jsonl).
 
+    Exit 0 when the sweep finished, 2 for a bad spec or usage, 1 when the cluster cannot be
+    reached, 130 when interrupted (Ctrl-C, SIGTERM: the report holds what finished; --resume
+    runs the rest).
+    """
     from orchestrator import api
     from orchestrator.cluster import ClusterError
-    from orchestrator.report import results_table, summary_table
+    from orchestrator.paths import out_problem
+    from orchestrator.report import print_report
+    from orchestrator.report.progress import RunProgress
 
     if address and (num_gpus is not None or num_cpus is not None):
         raise _fail("--num-gpus and --num-cpus describe a local Ray instance; drop them with --address", 2)
+    if resume and overwrite:
+        raise _fail("--resume keeps the journal's results and --overwrite discards them; choose one", 2)
     loaded = _load(spec)
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err_console
-    )
-    task = progress.add_task("experiments", total=len(loaded.experiments))
+    if problem := out_problem(out) or (out_problem(html, "--html") if html else None):
+        raise _fail(problem, 2)  # before Ray starts: a report that cannot be written would lose the sweep
+    progress = RunProgress(len(loaded.experiments), err_console)
 
-    def on_start(spec: Spec, cluster: ClusterInfo) -> None:
+    plans: list[RunPlan] = []
+
+    def on_start(plan: RunPlan) -> None:
+        plans.append(plan)
+        cluster, n = plan.cluster, len(plan.spec.experiments)
         gpus = f", {cluster.gpus} GPU(s)" if cluster.gpus else ""
-        err_console.print(f"{spec.name}: {len(spec.experiments)} experiments on {len(cluster.nodes)} node(s){gpus}")
+        kept = f" ({len(plan.kept)} kept from the journal, {len(plan.todo)} to run)" if plan.kept else ""
+        err_console.print(f"{plan.spec.name}: {n} experiments{kept} on {len(cluster.nodes)} node(s){gpus}")
+        for note in plan.notes:
+            err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
+        progress.progress.update(progress.task, total=len(plan.todo))
         progress.start()
-
-    def on_result(result: Result) -> None:
-        progress.update(task, advance=1, description=f"{result.target} {result.status}")
 
     try:
         report = api.run(
-            loaded, out, address=address, num_gpus=num_gpus, num_cpus=num_cpus, on_start=on_start, on_result=on_result
+            loaded,
+            out,
+            address=address,
+            num_gpus=num_gpus,
+            num_cpus=num_cpus,
+            on_start=on_start,
+            on_result=progress.on_result,
+            resume=resume,
+            overwrite=overwrite,
+            pending_timeout_s=pending_timeout if address else 0.0,
+            working_dir=working_dir,
         )
+    except api.JournalError as e:
+        raise _fail(str(e), 2) from None
     except ClusterError as e:
         raise _fail(str(e), 1) from None
+    except api.RunInterrupted as e:
+        progress.stop()
+        print_report(out_console, e.report)
+        total = len(plans[0].spec.experiments) if plans else len(loaded.experiments)
+        err_console.print(
+            f"interrupted: {len(e.report.results)} of {total} experiments finished. "
+            f"Report (incomplete): {out}; rerun with --resume to run the rest",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
     finally:
         progress.stop()
-    out_console.print(results_table(report.results, title=report.name))
-    if report.summary.geomean_by_config:
-        out_console.print(summary_table(report.summary))
-    for r in report.summary.recompiled:
-        out_console.print(
-            f"[yellow]recompiled[/yellow] {r.target} {r.config} ({r.experiment_id}): {'; '.join(r.reasons[:2])}"
-        )
-    counts = ", ".join(f"{n} {status}" for status, n in report.summary.counts.items() if n)
-    out_console.print(f"{counts}. Report: {out}")
+    for warning in report.environment.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    print_report(out_console, report)
+    if html is not None:
+        _write_html(report, html)
+    out_console.print(f"Report: {out}" + (f", {html}" if html else ""), highlight=False)
 
 
 @app.command()
@@ -105,9 +152,12 @@ def validate(spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON)
         table.add_column(column)
     for exp in loaded.experiments:
         params = " ".join(f"{k}={v}" for k, v in exp.params.items())
-        table.add_row(exp.id, exp.target, params, exp.device, exp.compile.label())
+        model = {None: "", "all": " on every GPU model"}.get(exp.gpu_model, f" on {exp.gpu_model}")
+        table.add_row(exp.id, exp.target, params, exp.device + model, exp.compile.label())
     out_console.print(table)
-    out_console.print(f"{spec}: valid, {len(loaded.experiments)} experiments")
+    every = sum(e.gpu_model == "all" for e in loaded.experiments)
+    later = f" ({every} run once on each GPU model of the cluster, counted once here)" if every else ""
+    out_console.print(f"{spec}: valid, {len(loaded.experiments)} experiments{later}")
 
 
 @app.command()
@@ -122,6 +172,87 @@ def tasks() -> None:
         params = ", ".join(f"{k}={'required' if v is ... else v}" for k, v in params_of(target.factory).items())
         table.add_row(name, params, target.description)
     out_console.print(table)
+
+
+def _read_report(path: Path) -> Report:
+    from orchestrator.report import ReportError, read
+
+    try:
+        return read(path)
+    except ReportError as e:
+        raise _fail(str(e), 2) from None
+
+
+def _write_html(report: Report, path: Path) -> None:
+    from orchestrator.report import write_atomic
+    from orchestrator.report.html import render_html
+
+    try:
+        write_atomic(path, render_html(report))
+    except OSError as e:
+        raise _fail(f"cannot write {path}: {e.strerror or e}", 2) from None
+
+
+@app.command()
+def report(
+    path: Annotated[Path, typer.Argument(help="A report (JSON), or the journal (*.journal.jsonl) of a run that died.")],
+    format: Annotated[
+        Literal["table", "markdown", "csv"], typer.Option("--format", "-f", help="table, markdown, or csv.")
+    ] = "table",
+    html: Annotated[Path | None, typer.Option("--html", help="Also write one self-contained HTML page.")] = None,
+) -> None:
+    """Show a report again: tables, Markdown or CSV (one row a result), and an HTML page. Needs no Ray."""
+    from orchestrator.report import csv_text, markdown, print_report
+
+    loaded = _read_report(path)
+    if format == "table":
+        print_report(out_console, loaded)
+    else:
+        sys.stdout.write(markdown(loaded) if format == "markdown" else csv_text(loaded))
+    if html is not None:
+        _write_html(loaded, html)
+        err_console.print(f"HTML: {html}", highlight=False)
+
+
+@app.command()
+def compare(
+    base: Annotated[Path, typer.Argument(help="The report to compare against (e.g. main's).")],
+    new: Annotated[Path, typer.Argument(help="The report under test.")],
+    threshold: Annotated[
+        float, typer.Option(min=0, help="Relative change of the compiled median or the speedup that counts.")
+    ] = 0.05,
+    compile_threshold: Annotated[
+        float, typer.Option(min=0, help="Relative change of compile latency that counts.")
+    ] = 0.15,
+    gate_compile: Annotated[
+        bool, typer.Option(help="Count compile latency beyond its threshold as a regression (one sample a side).")
+    ] = False,
+    format: Annotated[
+        Literal["table", "markdown"], typer.Option("--format", "-f", help="table or markdown.")
+    ] = "table",
+) -> None:
+    """Compare two reports experiment by experiment. Exit 1 on a regression, 0 on none, 2 for unreadable input."""
+    from orchestrator.report.compare import Thresholds, markdown, print_comparison
+    from orchestrator.report.compare import compare as compare_reports
+
+    reports = _read_report(base), _read_report(new)
+    thresholds = Thresholds(speed=threshold, compile=compile_threshold, gate_compile=gate_compile)
+    result = compare_reports(*reports, thresholds, names=(str(base), str(new)))
+    if format == "markdown":
+        sys.stdout.write(markdown(result))
+    else:
+        print_comparison(out_console, result)
+    raise typer.Exit(1 if result.regressions else 0)
+
+
+@app.command()
+def schema() -> None:
+    """Print the JSON Schema of the spec file, for editors (VS Code's YAML extension) and validators."""
+    import json
+
+    from orchestrator.schema import spec_schema
+
+    sys.stdout.write(json.dumps(spec_schema(), indent=2) + "\n")
 
 
 def main() -> None:

@@ -63,8 +63,11 @@ def inductor_options(cfg: CompileConfig) -> dict[str, Any]:
     if is_default is not None:
         for name in sorted(entries):
             try:
-                if not is_default(name):
-                    options[name] = getattr(inductor_config, name)
+                # inductor patches settings during a compile and puts them back: _is_default alone then
+                # reports a setting as changed though its value is the default again, so compare values too
+                value = getattr(inductor_config, name)
+                if not is_default(name) and value != getattr(entries[name], "default", object()):
+                    options[name] = value
             except Exception:  # an alias or a setting that cannot be read: skip it
                 continue
     if cfg.mode is not None:

@@ -52,3 +52,12 @@ def test_every_result_records_versions_options_and_what_it_asked_for():
     assert r.inductor_options["max_autotune"] is False
     assert r.worker.versions["torch"] == torch.__version__
     assert result_metadata(exp)["requested"].cpus == 1
+
+
+def test_settings_a_compile_patched_and_restored_are_not_reported():
+    import torch
+
+    before = inductor_options(CompileConfig())
+    compiled = torch.compile(lambda x: x.sin() + 1)
+    compiled(torch.randn(8))
+    assert inductor_options(CompileConfig()) == before  # inductor patches e.g. comprehensive_padding and restores it

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.report.models import Node
-from tasks.models import ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo
+from tasks.models import ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo, result_identity
 
 MAX_START_FAILURES = 3  # consecutive worker start failures after which a node is no longer used
 MODEL_RESOURCE_SHARE = 0.001  # what a task asks of a node's ``accelerator_type:<MODEL>`` resource (Ray's convention)
@@ -530,16 +530,8 @@ def failed_result(
 ) -> Result:
     """The result of an experiment that produced none of its own."""
     return Result(
-        experiment_id=exp.id,
-        target=exp.target,
-        params=exp.params,
+        **result_identity(exp),
         device=None,
-        compile=exp.compile,
-        timing=exp.timing,
-        seed=exp.seed,
-        phase=exp.phase,
-        precision=exp.precision,
-        gpu_model=exp.gpu_model,
         status=status,
         error=error,
         started_at=started_at,

@@ -384,6 +384,21 @@ class Result(BaseModel):
         return self.compile.label()
 
 
+def result_identity(exp: Experiment) -> dict[str, Any]:
+    """The fields a ``Result`` copies from the experiment it is the result of."""
+    return {
+        "experiment_id": exp.id,
+        "target": exp.target,
+        "params": exp.params,
+        "compile": exp.compile,
+        "timing": exp.timing,
+        "seed": exp.seed,
+        "phase": exp.phase,
+        "precision": exp.precision,
+        "gpu_model": exp.gpu_model,
+    }
+
+
 def _digest(data: Any, length: int) -> str:
     canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()[:length]

@@ -39,6 +39,7 @@ from tasks.models import (
     TimingConfig,
     WorkerInfo,
     WorkInfo,
+    result_identity,
 )
 from tasks.nvml import gpu_state
 from tasks.phases import PhaseRun
@@ -75,15 +76,7 @@ class _Partial:
         if out_of_memory(error):  # wherever it was raised: not retried, the worker cleans the GPU
             status = "oom"
         return Result(
-            experiment_id=exp.id,
-            target=exp.target,
-            params=exp.params,
-            compile=exp.compile,
-            timing=exp.timing,
-            seed=exp.seed,
-            phase=exp.phase,
-            precision=exp.precision,
-            gpu_model=exp.gpu_model,
+            **result_identity(exp),
             status=status,
             error=ErrorInfo.from_exception(error) if error is not None else None,
             finished_at=time.time(),

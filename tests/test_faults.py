@@ -120,7 +120,10 @@ def test_a_sweep_waits_for_a_node_that_joins_and_asks_the_autoscaler(cluster, mo
         target=lambda: results.extend(run_experiments(experiments, describe(), pending_timeout_s=300))
     )
     sweep.start()
-    time.sleep(2)
+    for _ in range(1200):  # until the runner has asked, however loaded the machine
+        if asked:
+            break
+        time.sleep(0.05)
     assert results == [] and asked, "the sweep waits and asks for an L4 node"
     cluster.add_node(num_cpus=1, num_gpus=1, **gpu("L4"))  # Ray adds nodes from the main thread only
     sweep.join(timeout=600)

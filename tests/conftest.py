@@ -69,3 +69,18 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
         cluster.shutdown()
         if had_local:
             connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)
+
+
+def run_on_cpu(target: str, backend: str = "aot_eager", **kw: Any) -> Any:
+    """One experiment in this process on the CPU (no Ray): 1 warmup and 3 repeats unless told."""
+    from tasks.models import Experiment
+    from tasks.procedure import run_experiment
+
+    exp = Experiment(
+        target=target,
+        device="cpu",
+        compile=kw.pop("compile", {"backend": backend}),
+        timing=kw.pop("timing", {"warmup": 1, "repeats": 3}),
+        **kw,
+    )
+    return run_experiment(exp)

@@ -15,18 +15,8 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from tasks.correctness import Observed, Tolerances, compare, deterministic, leaves, observe
 from tasks.models import Experiment
-from tasks.procedure import run_experiment
 
-
-def run(target: str, backend: str = "aot_eager", **kw):
-    exp = Experiment(
-        target=target,
-        device="cpu",
-        compile=kw.pop("compile", {"backend": backend}),
-        timing=kw.pop("timing", {"warmup": 1, "repeats": 3}),
-        **kw,
-    )
-    return run_experiment(exp)
+from .conftest import run_on_cpu as run
 
 
 def _perturb_first(outputs):

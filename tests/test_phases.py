@@ -7,19 +7,9 @@ import torch
 
 from tasks.models import CompileConfig, Experiment
 from tasks.phases import PhaseRun, default_loss, grad_mode
-from tasks.procedure import run_experiment
 from tasks.targets import Workload, build
 
-
-def run(target: str, backend: str = "aot_eager", **kw):
-    exp = Experiment(
-        target=target,
-        device="cpu",
-        compile=kw.pop("compile", {"backend": backend}),
-        timing=kw.pop("timing", {"warmup": 1, "repeats": 3}),
-        **kw,
-    )
-    return run_experiment(exp)
+from .conftest import run_on_cpu as run
 
 
 def test_inference_runs_modules_in_eval_mode_without_grad():

@@ -16,6 +16,13 @@ result with eager's and, where that is not close enough, with a float64 run of t
    precision and for tensors under ``SMALL_TENSOR`` elements, as the harness sets it. Where the
    float64 run was impossible, cosine similarity ``>= COSINE_MIN`` (the harness's fallback).
    With ``check.reference: eager``, allclose alone decides.
+4. **NaN and Inf.** A non-finite value in the compiled result passes only where eager has the same
+   one (NaN, or an Inf of the same sign) and the float64 reference, where there is one, is
+   non-finite too; such positions count as equal and the rest of the leaf is judged as above. A NaN
+   or Inf anywhere else fails, whatever the RMSE says: the harness compares float32 with
+   ``equal_nan=False``, and an RMSE that is NaN on both sides says nothing by itself. Its
+   exception stays: compiled without NaN where eager has some, and within ``LOOSE_TOL`` of
+   float64, is the better result and passes.
 
 Default tolerances (``rtol = atol``) by the dtype the arithmetic ran in:
 
@@ -318,13 +325,15 @@ def _plain_equal(a: Any, b: Any) -> bool:
 def _judge_floating(
     path: str, actual: torch.Tensor, expected: torch.Tensor, reference: Any, tol: Tolerances
 ) -> LeafCheck:
-    """The harness's rule for one floating tensor: allclose, else RMSE against float64, else cosine."""
+    """The harness's rule for one floating tensor: non-finite values first (``_nonfinite``), then
+    allclose, else RMSE against float64, else cosine, on the positions that are not NaN or Inf on
+    every side alike."""
     dtype = tol.effective_dtype(expected.dtype if not expected.is_complex() else expected.real.dtype)
     rtol, atol = tol.for_dtype(dtype)
     a, e = _as_float64(actual), _as_float64(expected)
     ref = _as_float64(reference) if _is_reference(reference, expected) else None
     diff = (a - e).abs()
-    finite = diff[~diff.isnan()]
+    finite = diff[diff.isfinite()]
     nonzero = e.abs() > 0
     leaf = LeafCheck(
         path,
@@ -336,22 +345,73 @@ def _judge_floating(
         max_abs=float(finite.max()) if finite.numel() else 0.0,
         max_rel=float((diff[nonzero] / e.abs()[nonzero]).nan_to_num(0.0).max()) if nonzero.any() else 0.0,
     )
+    why = _nonfinite(a, e, ref)
+    if why is not None:
+        leaf.passed, leaf.margin, leaf.why = False, math.inf, why
+        return leaf
+    judged = ~_same_nonfinite(a, e)  # NaN or Inf alike in compiled, eager (and float64): equal
+    numel = ref.numel() if ref is not None else a.numel()
+    a, e, diff = a[judged], e[judged], diff[judged]
     if ref is not None:
+        ref = ref[judged]
         leaf.rmse_compiled, leaf.rmse_eager = _rmse(ref, a), _rmse(ref, e)
-    within = (diff / (atol + rtol * e.abs())).nan_to_num(0.0)  # NaN where both are NaN: equal, as equal_nan
-    if torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+    within = (diff / (atol + rtol * e.abs())).nan_to_num(0.0)
+    if torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=False):
         leaf.margin = float(within.max()) if within.numel() else 0.0
         return leaf
-    if tol.reference == "eager":
+    eager_nonfinite = int((~e.isfinite()).sum())  # where compiled is finite
+    if tol.reference == "eager" or (ref is None and eager_nonfinite):
         leaf.passed, leaf.margin = False, max(float(within.max()), 1.0 + 1e-9)
         leaf.why = (
             f"max abs error {leaf.max_abs:.3g}, max rel error {leaf.max_rel:.3g} beyond rtol={rtol:g}, atol={atol:g}"
         )
+        if eager_nonfinite:
+            leaf.margin = math.inf
+            leaf.why = f"{_count(eager_nonfinite)} where eager is non-finite and compiled is not; {leaf.why}"
         return leaf
     if ref is None:
         return _judge_cosine(leaf, a, e)
     half = dtype in (torch.float16, torch.bfloat16)
-    return _judge_rmse(leaf, a, e, ref, half)
+    return _judge_rmse(leaf, a, e, ref, half, numel)
+
+
+def _same_nonfinite(a: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """Where compiled and eager hold the same non-finite value: both NaN, or equal Infs."""
+    return (a.isnan() & e.isnan()) | (a.isinf() & (a == e))
+
+
+def _nonfinite(a: torch.Tensor, e: torch.Tensor, ref: torch.Tensor | None) -> str | None:
+    """None when every NaN or Inf of the compiled result is one eager has too, at a position where
+    the float64 reference (if any) is non-finite as well; else what was found, and where first."""
+    bad = ~a.isfinite()
+    if not bad.any():
+        return None
+    if ref is not None:
+        where_fp64 = bad & ref.isfinite()
+        if where_fp64.any():
+            also = int((where_fp64 & ~e.isfinite()).sum())
+            eager = f"; eager is non-finite at {also} of them" if also else ""
+            return (
+                f"{_count(where_fp64)} where the float64 reference is finite ({_first(where_fp64, a, e, ref)}){eager}"
+            )
+    where_eager = bad & ~_same_nonfinite(a, e)
+    if where_eager.any():
+        return f"{_count(where_eager)} where eager is finite or differs ({_first(where_eager, a, e, ref)})"
+    return None
+
+
+def _count(mask: torch.Tensor | int) -> str:
+    n = int(mask.sum()) if isinstance(mask, torch.Tensor) else mask
+    return f"{n} non-finite value{'s' if n != 1 else ''} (NaN/Inf)"
+
+
+def _first(mask: torch.Tensor, a: torch.Tensor, e: torch.Tensor, ref: torch.Tensor | None) -> str:
+    """The first position of ``mask`` and the values each side has there."""
+    index = tuple(int(i) for i in mask.nonzero()[0])
+    values = f"compiled {float(a[index]):g}, eager {float(e[index]):g}"
+    if ref is not None:
+        values += f", float64 {float(ref[index]):g}"
+    return f"first at index {list(index)}: {values}"
 
 
 def _as_float64(t: torch.Tensor) -> torch.Tensor:
@@ -370,23 +430,28 @@ def _is_reference(reference: Any, expected: torch.Tensor) -> bool:
     )
 
 
-def _judge_rmse(leaf: LeafCheck, a: torch.Tensor, e: torch.Tensor, ref: torch.Tensor, half: bool) -> LeafCheck:
-    """``RMSE(compiled, fp64) <= m * RMSE(eager, fp64) + atol / 10``, with the harness's NaN cases."""
+def _judge_rmse(
+    leaf: LeafCheck, a: torch.Tensor, e: torch.Tensor, ref: torch.Tensor, half: bool, numel: int
+) -> LeafCheck:
+    """``RMSE(compiled, fp64) <= m * RMSE(eager, fp64) + atol / 10`` on the positions judged, with
+    the harness's exception: eager has NaN, compiled and float64 have none and agree within
+    ``LOOSE_TOL``: compiled is the better result. ``numel``: the whole leaf's size, for ``m``."""
     rtol, atol = leaf.rtol or 0.0, leaf.atol or 0.0
-    rmse_c, rmse_e = leaf.rmse_compiled or 0.0, leaf.rmse_eager or 0.0
     nan_only_in_eager = not ref.isnan().any() and not a.isnan().any() and e.isnan().any()
     if nan_only_in_eager and torch.allclose(ref, a, rtol=LOOSE_TOL, atol=LOOSE_TOL):  # compiled is the better
         return leaf
-    if math.isnan(rmse_c) and math.isnan(rmse_e):  # both NaN where float64 is too: equal_nan
-        return leaf
-    leaf.multiplier = 3.0 if half or ref.numel() < SMALL_TENSOR or rtol >= 2e-2 else 2.0
+    rmse_c, rmse_e = leaf.rmse_compiled or 0.0, leaf.rmse_eager or 0.0
+    leaf.multiplier = 3.0 if half or numel < SMALL_TENSOR or rtol >= 2e-2 else 2.0
     allowed = leaf.multiplier * rmse_e + atol / 10
-    leaf.margin = rmse_c / allowed if allowed > 0 else math.inf
+    margin = rmse_c / allowed if allowed > 0 else math.inf  # NaN allowed (eager's RMSE): not > 0
+    leaf.margin = math.inf if math.isnan(margin) else margin
     leaf.passed = leaf.margin <= 1.0
     leaf.why = (
         f"RMSE against float64 {rmse_c:.3g} > {leaf.multiplier:g} x eager's {rmse_e:.3g} + atol/10 {atol / 10:.3g} "
         f"(max abs error {leaf.max_abs:.3g}, max rel error {leaf.max_rel:.3g})"
     )
+    if nan_only_in_eager:
+        leaf.why += f"; eager has NaN and compiled is not within {LOOSE_TOL:g} of float64 either"
     return leaf
 
 

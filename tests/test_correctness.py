@@ -6,6 +6,7 @@ import collections
 import contextlib
 import dataclasses
 import importlib.util
+import math
 
 import pytest
 import torch
@@ -328,3 +329,131 @@ def test_unobservable_results_carry_their_reason():
     observed = observe({"outputs": object()})
     assert observed == Observed(note=observed.note)
     assert observed.note.startswith("outputs: an object of type object has no known structure")
+
+
+# NaN and Inf: a non-finite compiled value passes only where eager and float64 have it too.
+
+NAN, INF = float("nan"), float("inf")
+
+
+def nan_case(compiled, eager, fp64):
+    """Observations of three results given as lists (float32 for the two sides, float64 reference)."""
+    as32 = lambda v: observe({"o": torch.tensor(v, dtype=torch.float32)})  # noqa: E731
+    return as32(compiled), as32(eager), observe({"o": torch.tensor(fp64, dtype=torch.float64)}) if fp64 else None
+
+
+def test_compiled_nan_everywhere_is_incorrect_though_eager_has_one_nan_from_an_overflow():
+    """Eager's NaN is a float32 overflow (inf - inf) that float64 does not have: the RMSE is NaN on
+    both sides, which once passed."""
+    verdict = compare(*nan_case([NAN] * 4, [NAN, 0.5, 0.25, 1.0], [0.0, 0.5, 0.25, 1.0]), Tolerances())
+    assert verdict.correct is False
+    assert str(verdict.mismatch) == (
+        "mismatch at o: 4 non-finite values (NaN/Inf) where the float64 reference is finite "
+        "(first at index [0]: compiled nan, eager nan, float64 0); eager is non-finite at 1 of them"
+    )
+    assert verdict.margin == math.inf
+
+
+@pytest.mark.parametrize(
+    ("value", "found"),
+    [
+        (NAN, "1 non-finite value (NaN/Inf) where the float64 reference is finite (first at index [1]: compiled nan,"),
+        (INF, "1 non-finite value (NaN/Inf) where the float64 reference is finite (first at index [1]: compiled inf,"),
+        (
+            -INF,
+            "1 non-finite value (NaN/Inf) where the float64 reference is finite (first at index [1]: compiled -inf,",
+        ),
+    ],
+)
+def test_one_non_finite_compiled_value_where_float64_is_finite_is_incorrect(value, found):
+    verdict = compare(*nan_case([0.0, value, 0.25], [0.0, 0.5, 0.25], [0.0, 0.5, 0.25]), Tolerances())
+    assert verdict.correct is False
+    assert found in str(verdict.mismatch)
+
+
+def test_an_overflow_eager_shares_is_still_a_failure_where_float64_is_finite():
+    """The same Inf on both float32 sides where float64 is finite: compiled is not let off for
+    matching eager (the harness's float32 rule); the message says eager has it too."""
+    verdict = compare(*nan_case([INF, 0.5], [INF, 0.5], [3e40, 0.5]), Tolerances())
+    assert verdict.correct is False
+    assert str(verdict.mismatch).endswith("eager is non-finite at 1 of them")
+
+
+def test_nan_where_eager_and_float64_have_it_too_is_equal_and_the_rest_is_still_judged():
+    torch.manual_seed(0)
+    x = torch.randn(4096, dtype=torch.float64)
+    exact = torch.log(x)  # NaN at the negatives
+    eager = exact.to(torch.float32)
+    assert eager.isnan().sum() > 1000
+    verdict = compare(observe({"o": eager.clone()}), observe({"o": eager}), observe({"o": exact}), Tolerances())
+    assert (verdict.correct, verdict.check.method) == (True, "fp64_rmse")
+    off = torch.where(eager.isnan(), eager, eager * 1.01)  # the finite values 1% off
+    verdict = compare(observe({"o": off}), observe({"o": eager}), observe({"o": exact}), Tolerances())
+    assert verdict.correct is False and "RMSE against float64" in str(verdict.mismatch)
+
+
+def test_matching_non_finite_values_must_be_the_same_value():
+    # NaN where eager and float64 have +Inf; -Inf where eager has +Inf
+    for compiled in ([NAN, 1.0], [-INF, 1.0]):
+        verdict = compare(*nan_case(compiled, [INF, 1.0], [INF, 1.0]), Tolerances())
+        assert verdict.correct is False
+        assert "1 non-finite value (NaN/Inf) where eager is finite or differs (first at index [0]" in str(
+            verdict.mismatch
+        )
+    assert compare(*nan_case([INF, -INF, NAN], [INF, -INF, NAN], [INF, -INF, NAN]), Tolerances()).correct is True
+
+
+def test_compiled_without_the_nan_eager_has_and_close_to_float64_wins():
+    """The harness's exception: eager has a NaN, compiled has none and is within LOOSE_TOL of float64."""
+    assert compare(*nan_case([0.0, 0.5, 0.25], [NAN, 0.5, 0.25], [0.0, 0.5, 0.25]), Tolerances()).correct is True
+    verdict = compare(*nan_case([0.0, 0.9, 0.25], [NAN, 0.5, 0.25], [0.0, 0.5, 0.25]), Tolerances())
+    assert verdict.correct is False
+    assert "eager has NaN and compiled is not within 0.04 of float64 either" in str(verdict.mismatch)
+
+
+@pytest.mark.parametrize("reference", ["eager", "cosine"])
+def test_without_float64_a_compiled_nan_or_inf_where_eager_is_finite_fails(reference):
+    """check.reference: eager (allclose), and the cosine path where no float64 run was possible."""
+    tol = Tolerances(reference="eager") if reference == "eager" else Tolerances()
+    verdict = compare(*nan_case([NAN] * 4, [NAN, 0.5, 0.25, 1.0], None), tol)
+    assert verdict.correct is False
+    assert "3 non-finite values (NaN/Inf) where eager is finite or differs (first at index [1]: compiled nan, " in str(
+        verdict.mismatch
+    )
+    assert compare(*nan_case([INF, 0.5], [-INF, 0.5], None), tol).correct is False
+    assert compare(*nan_case([INF, NAN, 0.5], [INF, NAN, 0.5], None), tol).correct is True
+    verdict = compare(*nan_case([1.0, 0.5], [NAN, 0.5], None), tol)  # compiled finite where eager is not: no referee
+    assert verdict.correct is False
+    assert "1 non-finite value (NaN/Inf) where eager is non-finite and compiled is not" in str(verdict.mismatch)
+
+
+def test_eager_with_nan_in_the_same_places_twice_is_deterministic():
+    a = observe({"o": torch.tensor([NAN, 1.0, -INF])})
+    assert deterministic(a, observe({"o": torch.tensor([NAN, 1.0, -INF])}), Tolerances()) is None
+    assert deterministic(a, observe({"o": torch.tensor([1.0, 1.0, -INF])}), Tolerances()) is not None
+
+
+# The same, through the procedure: the compiled side alone spoils its output.
+
+
+def test_compiled_nan_everywhere_beside_eagers_one_overflow_nan_is_reported_incorrect():
+    r = run("tests.user_targets:make_overflow", backend="eager", params={"spoil": "all"})
+    assert r.status == "incorrect", r.error
+    assert r.correct is False and r.check.method == "fp64_rmse"
+    assert r.error.message.startswith(
+        "mismatch at outputs: 64 non-finite values (NaN/Inf) where the float64 reference is finite (first at index [0]"
+    )
+
+
+@pytest.mark.parametrize(("spoil", "first"), [("one", "[3]: compiled nan"), ("inf", "[5]: compiled inf")])
+def test_one_compiled_nan_or_inf_is_reported_incorrect(spoil, first):
+    r = run("tests.user_targets:make_overflow", params={"overflow": False, "spoil": spoil})
+    assert r.status == "incorrect", r.error
+    found = "1 non-finite value (NaN/Inf) where the float64 reference is finite"
+    assert r.error.message.startswith(f"mismatch at outputs: {found} (first at index {first}")
+
+
+def test_nan_from_log_of_negatives_on_every_side_is_correct():
+    r = run("tests.user_targets:make_log")
+    assert r.status == "ok", r.error
+    assert (r.correct, r.check.method, r.check.eager_deterministic) == (True, "fp64_rmse", True)

@@ -236,3 +236,34 @@ def make_gated(device: torch.device, gate: str = "", wait_s: float = 300.0):
     while gate and not Path(gate).exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     return (lambda x: x + 1), (torch.ones(4, device=device),)
+
+
+# NaN and Inf: what only the compiled side returns (``torch.compiler.is_compiling()`` is True while Dynamo traces).
+
+
+def make_overflow(device: torch.device, n: int = 64, overflow: bool = True, spoil: str = "none"):
+    """``tanh(x) + (x*x - x*x)``. With ``overflow``, x[0] = 1e20: in float32 x*x overflows there and
+    inf - inf gives eager one NaN that float64 (1e40 - 1e40 = 0) does not have. ``spoil`` is what the
+    compiled side does besides: ``all`` (NaN everywhere), ``one`` (NaN at index 3), ``inf`` (+Inf at 5)."""
+    x = torch.randn(n, device=device)
+    if overflow:
+        x[0] = 1e20
+
+    def fn(x):
+        big = x * x
+        out = torch.tanh(x) + (big - big)
+        if torch.compiler.is_compiling():
+            if spoil == "all":
+                out = out * float("nan")
+            elif spoil in ("one", "inf"):
+                mark = torch.zeros_like(out)
+                mark[3 if spoil == "one" else 5] = float("nan") if spoil == "one" else float("inf")
+                out = out + mark
+        return out
+
+    return fn, (x,)
+
+
+def make_log(device: torch.device, n: int = 64):
+    """``log`` of inputs half of which are negative: NaN at the same places in eager, float64 and compiled."""
+    return (lambda x: torch.log(x)), (torch.randn(n, device=device),)

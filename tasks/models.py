@@ -63,8 +63,9 @@ class CompileConfig(Closed):
     )
     cache: CacheState = Field(
         default="warm",
-        description="'warm': the node's compile cache for the task's slot; 'cold': a fresh process and empty "
-        "inductor/Triton caches, for a true cold-start compile latency",
+        description="'warm': primed: the same compile runs once first, then in-memory caches are cleared, so the "
+        "measured compile loads its artifacts from the on-disk caches; 'cold': a fresh process and empty "
+        "inductor/Triton caches, for a true cold-start compile latency (misses only)",
     )
     scope: CompileScope = Field(
         default="model",
@@ -307,6 +308,7 @@ class WorkerInfo(BaseModel):
     threads: int
     gpu_model: str | None = None  # the node's accelerator_type, else the CUDA device name
     versions: dict[str, str] = Field(default_factory=dict)  # torch, triton, cuda, driver, compilebench, git
+    experiments_before: int | None = None  # experiments this process ran before this one (0: a fresh process)
 
 
 class CheckInfo(BaseModel):
@@ -329,6 +331,51 @@ class CheckInfo(BaseModel):
     compared: list[str] = Field(default_factory=list)  # what was compared: outputs, loss, gradients
     eager_deterministic: bool | None = None  # two eager runs gave the same outputs
     worst: str | None = None  # where the worst error was: a path into the output structure
+    fallback_random: bool = False  # judged on a compile of its own with inductor's fallback_random
+    compile_latency_s: float | None = None  # the first call of that compile, apart from the timed one's
+
+
+class CompileCache(BaseModel):
+    """What the measured compile took from the compile caches, per layer, from torch's counters.
+
+    ``state`` is what the experiment asked for: ``warm`` (primed: the same compile ran once
+    before, then every in-memory cache was cleared, so the measured compile loads from disk)
+    or ``cold`` (a fresh process with empty cache directories: misses only). The counts are per
+    compiled graph: ``fxgraph_*`` is inductor's FX graph cache, ``autograd_*`` AOTAutograd's
+    cache; ``other`` holds any further cache counter torch kept (Triton, autotuning), by name.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    state: CacheState
+    primed: bool = False
+    fxgraph_hit: int = 0
+    fxgraph_miss: int = 0
+    fxgraph_bypass: int = 0
+    autograd_hit: int = 0
+    autograd_miss: int = 0
+    autograd_bypass: int = 0
+    other: dict[str, int] = Field(default_factory=dict)
+
+    @property
+    def outcome(self) -> Literal["hit", "miss", "mixed", "bypass", "none"]:
+        """``hit``: every graph loaded from the caches; ``miss``: every graph compiled anew;
+        ``mixed``: some of each; ``bypass``: the caches were not used; ``none``: no inductor
+        graph was compiled (another backend)."""
+        hits = self.fxgraph_hit + self.autograd_hit
+        misses = self.fxgraph_miss + self.autograd_miss
+        if hits and misses:
+            return "mixed"
+        if hits:
+            return "hit"
+        if misses:
+            return "miss"
+        return "bypass" if self.fxgraph_bypass or self.autograd_bypass else "none"
+
+    @property
+    def label(self) -> str:
+        """``warm: hit``, ``cold: miss``: what was asked and what happened."""
+        return f"{self.state}: {self.outcome}"
 
 
 class WorkInfo(BaseModel):
@@ -356,7 +403,8 @@ class Result(BaseModel):
     error: ErrorInfo | None = None
     eager: SideTiming | None = None
     compiled: SideTiming | None = None
-    compile_latency_s: float | None = None
+    compile_latency_s: float | None = None  # the measured compile's first call; compile_cache says how it was served
+    compile_cache: CompileCache | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     memory_ratio: float | None = None  # eager peak / compiled peak (PyTorch's "compression ratio")

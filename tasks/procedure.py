@@ -7,48 +7,57 @@ experiment becomes a failed result, never a crash of the caller.
 
 from __future__ import annotations
 
-import functools
 import os
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
-import torch._dynamo
-import torch._inductor.config
-from torch._dynamo.utils import calculate_time_spent, counters
+from torch._dynamo.utils import calculate_time_spent
 
 from tasks import phases, precision
-from tasks.correctness import check_compiled, checked_inputs, take_references
-from tasks.dynamo_watch import DynamoWatch, Snapshot
+from tasks.compiling import (
+    analyse_graphs,
+    cache_counters,
+    cache_use,
+    check_randomness,
+    compiled_callable,
+    compiled_target,
+    eager_callable,
+    forget_compiled,
+    needs_own_check_compile,
+)
+from tasks.correctness import Observed, References, Verdict, check_compiled, checked_inputs, take_references
+from tasks.dynamo_watch import DynamoWatch
 from tasks.hygiene import out_of_memory
 from tasks.isolation import Isolation, isolate
-from tasks.metadata import result_metadata, versions
+from tasks.metadata import inductor_options, versions
 from tasks.models import (
-    CompileConfig,
+    CheckInfo,
+    CompileCache,
     ErrorInfo,
     Experiment,
     Measurement,
+    Resources,
     Result,
     SideTiming,
     Status,
-    TimingConfig,
     WorkerInfo,
     WorkInfo,
     result_identity,
 )
-from tasks.nvml import gpu_state
 from tasks.phases import PhaseRun
+from tasks.sides import recompile_verdict, time_eager_alone, time_sides
 from tasks.stats import speedup_ci
 from tasks.targets import FreshInputs, Workload, build, copy_inputs, input_versions
-from tasks.timers import CUDAGRAPH_MIN_WARMUP, Plan, Setup, Timer, plan, timer_for
+from tasks.timers import CUDAGRAPH_MIN_WARMUP, Timer, timer_for
 
-_experiments_in_this_process = 0
-MAX_REASONS = 5  # guard failures listed per result; the count says how many there were
+__all__ = ["Placement", "run_experiment", "time_sides"]
+
+_experiments_in_this_process = 0  # experiments this process ran: the worker's ``experiments_before``
 
 
 @dataclass(frozen=True)
@@ -66,11 +75,35 @@ class Placement:
         return "gpu" + "-".join(self.gpu_ids) if self.gpu_ids else "cpu"
 
 
-@dataclass
-class _Partial:
-    """Result fields gathered so far, so that a failure still reports what was measured."""
+@dataclass(slots=True)
+class Draft:
+    """The result's fields measured so far, typed: a misspelt field is an error at once, and a
+    failure still reports everything measured before it (``finish``)."""
 
-    fields: dict[str, Any] = field(default_factory=dict)
+    started_at: float
+    device: Literal["cuda", "cpu"] | None = None
+    worker: WorkerInfo | None = None
+    measurement: Measurement | None = None
+    requested: Resources | None = None
+    inductor_options: dict[str, Any] = field(default_factory=dict)
+    work: WorkInfo | None = None
+    graph_count: int | None = None
+    graph_breaks: int | None = None
+    break_reasons: list[str] = field(default_factory=list)
+    eager: SideTiming | None = None
+    compiled: SideTiming | None = None
+    compile_latency_s: float | None = None
+    compile_cache: CompileCache | None = None
+    compile_breakdown: dict[str, float] = field(default_factory=dict)
+    graphs_compiled: int | None = None
+    recompiled: bool = False
+    recompile_reasons: list[str] = field(default_factory=list)
+    correct: bool | None = None
+    check: CheckInfo | None = None
+    check_note: str | None = None
+    speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
+    memory_ratio: float | None = None
 
     def finish(self, exp: Experiment, status: Status, error: BaseException | None = None) -> Result:
         if out_of_memory(error):  # wherever it was raised: not retried, the worker cleans the GPU
@@ -80,42 +113,43 @@ class _Partial:
             status=status,
             error=ErrorInfo.from_exception(error) if error is not None else None,
             finished_at=time.time(),
-            **self.fields,
+            **{f.name: getattr(self, f.name) for f in fields(self)},
         )
 
 
 def run_experiment(exp: Experiment, placement: Placement = Placement(), timer: Timer | None = None) -> Result:
     """Run one experiment on the cores and compile cache it owns; never raises."""
     global _experiments_in_this_process
-    got = _Partial({"started_at": time.time(), "device": None})
-    fresh_process = _experiments_in_this_process == 0
+    draft = Draft(started_at=time.time())
+    before = _experiments_in_this_process
     _experiments_in_this_process += 1
     try:
         with isolate(placement.cpus, exp.compile.cache, placement.slot, exp.timing.allocator) as iso:
-            got.fields.update(result_metadata(exp))
-            return _run(exp, placement, timer, iso, fresh_process, got)
+            draft.requested = exp.resources
+            draft.inductor_options = inductor_options(exp.compile)
+            return _run(exp, placement, timer, iso, before, draft)
     except Exception as e:  # isolation itself failed (e.g. no permission to pin)
-        return got.finish(exp, "runtime_error", e)
+        return draft.finish(exp, "runtime_error", e)
 
 
 def _run(
-    exp: Experiment, placement: Placement, timer: Timer | None, iso: Isolation, fresh_process: bool, got: _Partial
+    exp: Experiment, placement: Placement, timer: Timer | None, iso: Isolation, before: int, draft: Draft
 ) -> Result:
     """Resolve the device and its timer, then measure under the experiment's precision and phase."""
     try:
         device = resolve_device(exp.device)
     except RuntimeError as e:
-        return got.finish(exp, "runtime_error", e)
+        return draft.finish(exp, "runtime_error", e)
     timer = timer or timer_for(device, exp.timing)
-    got.fields["device"] = device.type
-    got.fields["worker"] = worker_info(device, placement)
-    measurement = got.fields["measurement"] = Measurement(
+    draft.device = "cuda" if device.type == "cuda" else "cpu"
+    draft.worker = worker_info(device, placement, before)
+    measurement = draft.measurement = Measurement(
         timer=timer.method,  # type: ignore[arg-type]
         flush_l2=exp.timing.flush_l2 and device.type == "cuda",
         cudagraphs=exp.compile.cudagraphs and device.type == "cuda",
         cache=exp.compile.cache,
         cache_dir=iso.cache_dir,
-        fresh_process=fresh_process,
+        fresh_process=before == 0,
         cores=iso.cores,
         exclusive_cores=iso.exclusive,
         compile_threads=iso.compile_threads,
@@ -124,15 +158,16 @@ def _run(
     try:
         precision.check_supported(exp.precision, device)
     except precision.PrecisionError as e:
-        return got.finish(exp, "runtime_error", e)
-    with precision.active(exp.precision, device), phases.grad_mode(exp.phase), harness_randomness(exp, got):
-        return _measure(exp, device, timer, measurement, got)
+        return draft.finish(exp, "runtime_error", e)
+    with precision.active(exp.precision, device), phases.grad_mode(exp.phase):
+        return _measure(exp, device, timer, measurement, draft)
 
 
-def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: Measurement, got: _Partial) -> Result:
-    """Build, time eagerly, take the references, analyse graph breaks, compile, check, count the
-    work, time both sides interleaved. Every call sees its own copy of the inputs when the target
-    mutates them; every checked call starts from the same training state and seed."""
+def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: Measurement, draft: Draft) -> Result:
+    """The recipe: build and time eagerly, take the references, analyse the graphs, prime the
+    caches, compile as configured, time both sides interleaved, then check on the check's own
+    compile. Every call sees its own copy of the inputs when the target mutates them; every
+    checked call starts from the same training state and seed."""
     # 1. Eager: build the target from a seeded RNG in its precision and phase; its first call.
     try:
         torch.manual_seed(exp.seed)
@@ -149,14 +184,28 @@ def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: M
         # 2. References, before anything compiles: eager twice (does it repeat itself?) and a float64 copy.
         references = take_references(exp, run, eager_fn, work, device, mutated) if exp.check.enabled else []
     except Exception as e:
-        return got.finish(exp, "runtime_error", precision.explain_failure(e, exp.precision))
+        return draft.finish(exp, "runtime_error", precision.explain_failure(e, exp.precision))
+    eager_alone = replace(work, fn=FreshInputs([]).wrap(eager_side) if mutated else eager_side)
 
-    # 3. The work of one call (FLOPs, bytes); graphs and graph breaks, from a Dynamo trace.
-    got.fields["work"] = count_work(eager_fn, copy_inputs(work.inputs), phase=exp.phase, loss_fn=run.loss_fn)
-    got.fields.update(analyse_graphs(work.fn, copy_inputs(work.inputs)))
+    # 3. The work of one call (FLOPs, bytes); graphs and graph breaks of what is compiled, from a Dynamo trace.
+    draft.work = count_work(eager_fn, copy_inputs(work.inputs), phase=exp.phase, loss_fn=run.loss_fn)
+    draft.graph_count, draft.graph_breaks, draft.break_reasons = analyse_graphs(
+        compiled_target(work, run, exp.compile), checked_inputs(run, work.inputs, exp.seed)
+    )
 
-    # 4. Compile from a clean compiler state; the first call, from the checked state, pays for compilation.
-    torch._dynamo.reset()  # also clears Dynamo's compile-time metrics
+    # 4. Warm: prime the on-disk caches with this very compile, then forget everything in memory.
+    try:
+        if exp.compile.cache == "warm":
+            primed_side = compiled_callable(work, run, exp.compile)
+            primed_inputs = checked_inputs(run, work.inputs, exp.seed)
+            timer.first_call(lambda: primed_side(*primed_inputs))
+            del primed_side
+        forget_compiled()
+    except Exception as e:
+        draft.eager = time_eager_alone(timer, eager_alone, exp.timing, eager_first_ms)
+        return draft.finish(exp, "compile_error", e)
+
+    # 5. The measured compile, as configured; its first call, from the checked state, pays for compiling.
     with DynamoWatch() as watch:
         start = watch.snapshot()
         try:
@@ -164,21 +213,13 @@ def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: M
             inputs = checked_inputs(run, work.inputs, exp.seed)
             result, compiled_first_ms = timer.first_call(lambda: compiled_side(*inputs))
         except Exception as e:
-            eager_alone = replace(work, fn=FreshInputs([]).wrap(eager_side) if mutated else eager_side)
-            got.fields["eager"] = time_eager_alone(timer, eager_alone, exp, eager_first_ms)
-            return got.finish(exp, "compile_error", e)
+            draft.eager = time_eager_alone(timer, eager_alone, exp.timing, eager_first_ms)
+            return draft.finish(exp, "compile_error", e)
         first_result = run.observe(result, inputs, mutated)
-        got.fields["compile_latency_s"] = compiled_first_ms / 1e3
-        got.fields["compile_breakdown"] = {phase: float(s) for phase, s in calculate_time_spent().items()}
-        got.fields["graphs_compiled"] = watch.snapshot().graphs - start.graphs
-
-        # 5. Correctness: that first call, a later one (a CUDA graph replay), every check input.
-        try:
-            replays = CUDAGRAPH_MIN_WARMUP if measurement.cudagraphs else 1
-            verdict = check_compiled(exp, run, compiled_side, first_result, references, mutated, replays)
-        except Exception as e:
-            return got.finish(exp, "runtime_error", e)
-        got.fields.update(correct=verdict.correct, check=verdict.check, check_note=verdict.note)
+        draft.compile_latency_s = compiled_first_ms / 1e3
+        draft.compile_cache = cache_use(exp.compile.cache, exp.compile.cache == "warm", cache_counters())
+        draft.compile_breakdown = {phase: float(s) for phase, s in calculate_time_spent().items()}
+        draft.graphs_compiled = watch.snapshot().graphs - start.graphs
 
         # 6. Both sides: estimate, warm up, then interleaved timed rounds; watch for compiles.
         sides, fresh = [eager_side, compiled_side], None
@@ -200,35 +241,51 @@ def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: M
                 before_block=fresh.setup if fresh is not None else None,
             )
         except Exception as e:
-            return got.finish(exp, "runtime_error", e)
-        got.fields.update(recompile_verdict(watch, start))
+            return draft.finish(exp, "runtime_error", e)
+        draft.recompiled, draft.recompile_reasons = recompile_verdict(watch, start)
+    draft.eager, draft.compiled = eager, compiled
+    if compiled.median_ms > 0:
+        draft.speedup = eager.median_ms / compiled.median_ms
+        draft.speedup_ci = speedup_ci(eager.samples_ms, compiled.samples_ms)
+    if eager.peak_memory_bytes and compiled.peak_memory_bytes:
+        draft.memory_ratio = eager.peak_memory_bytes / compiled.peak_memory_bytes
 
-    got.fields.update(
-        eager=eager,
-        compiled=compiled,
-        speedup=eager.median_ms / compiled.median_ms if compiled.median_ms > 0 else None,
-        speedup_ci=speedup_ci(eager.samples_ms, compiled.samples_ms) if compiled.median_ms > 0 else None,
-        memory_ratio=(
-            eager.peak_memory_bytes / compiled.peak_memory_bytes
-            if eager.peak_memory_bytes and compiled.peak_memory_bytes
-            else None
-        ),
-    )
-    return got.finish(exp, "incorrect" if verdict.correct is False else "ok", verdict.mismatch)
+    # 7. Correctness: a first call, a later one (a CUDA graph replay), every check input; on a compile
+    #    of its own with inductor's fallback_random, so that random ops draw what eager draws.
+    try:
+        verdict = check(exp, timer, run, work, compiled_side, first_result, references, mutated, measurement.cudagraphs)
+    except Exception as e:
+        return draft.finish(exp, "runtime_error", e)
+    draft.correct, draft.check, draft.check_note = verdict.correct, verdict.check, verdict.note
+    return draft.finish(exp, "incorrect" if verdict.correct is False else "ok", verdict.mismatch)
 
 
-@contextmanager
-def harness_randomness(exp: Experiment, got: _Partial) -> Iterator[None]:
-    """While checking, inductor's random ops fall back to eager's RNG (``fallback_random``), so a
-    seed reset before each side gives both the same dropout masks, as the harness's accuracy runs
-    do; the setting is recorded with the inductor options."""
-    if not exp.check.enabled:
-        yield
-        return
-    if exp.compile.backend == "inductor":
-        got.fields["inductor_options"] = {**got.fields.get("inductor_options", {}), "fallback_random": True}
-    with torch._inductor.config.patch(fallback_random=True):
-        yield
+def check(
+    exp: Experiment,
+    timer: Timer,
+    run: PhaseRun,
+    work: Workload,
+    timed_side: Callable[..., Any],
+    timed_first: Observed,
+    references: list[References],
+    mutated: bool,
+    cudagraphs: bool,
+) -> Verdict:
+    """Judge the compiled side (``tasks.correctness.check_compiled``). Under inductor with checking
+    on, on a compile of its own with ``fallback_random`` (``tasks.compiling``), whose latency is
+    recorded apart; otherwise on the timed compile, whose first call was kept for it."""
+    replays = CUDAGRAPH_MIN_WARMUP if cudagraphs else 1
+    if not needs_own_check_compile(exp.compile, exp.check.enabled):
+        return check_compiled(exp, run, timed_side, timed_first, references, mutated, replays)
+    forget_compiled()
+    with check_randomness():
+        side = compiled_callable(work, run, exp.compile)
+        inputs = checked_inputs(run, work.inputs, exp.seed)
+        value, first_ms = timer.first_call(lambda: side(*inputs))
+        first = run.observe(value, inputs, mutated)
+        verdict = check_compiled(exp, run, side, first, references, mutated, replays)
+    verdict.check.fallback_random, verdict.check.compile_latency_s = True, first_ms / 1e3
+    return verdict
 
 
 def count_work(fn: Callable[..., Any], inputs: tuple[Any, ...], **kwargs: Any) -> WorkInfo | None:
@@ -241,96 +298,6 @@ def count_work(fn: Callable[..., Any], inputs: tuple[Any, ...], **kwargs: Any) -
         return None
 
 
-def prepare_sides(
-    timer: Timer,
-    work: Workload,
-    fns: Sequence[Callable[..., Any]],
-    timing: TimingConfig,
-    min_warmups: Sequence[int] = (),
-) -> tuple[list[Callable[[], Any]], list[Plan]]:
-    """Each side's call (cycling inputs where the workload has them) and plan, from an estimate
-    of one call on the first inputs; the warmup calls are made here.
-
-    Every side gets the same block size, the largest any side needs: a side timed in blocks
-    against one timed call by call would compare a loop's steady state with single calls.
-    Counts the spec leaves out are chosen by the timer's device (``plan``)."""
-    calls = [work.caller(fn) for fn in fns]
-    min_warmups = list(min_warmups) or [0] * len(fns)
-    by_device = getattr(timer, "budgets_by_default", False)
-    estimates = [timer.estimate(functools.partial(fn, *work.inputs)) for fn in fns]
-    block = max(plan(e, timing, timer.blocked).block_size for e in estimates)
-    plans = [
-        plan(e, timing, timer.blocked, minimum, block_size=block, budgets_by_default=by_device)
-        for e, minimum in zip(estimates, min_warmups, strict=True)
-    ]
-    for call, p in zip(calls, plans, strict=True):
-        timer.warm(call, p.warmup)
-    return calls, plans
-
-
-def time_sides(
-    timer: Timer,
-    work: Workload,
-    fns: Sequence[Callable[..., Any]],
-    first_ms: Sequence[float],
-    timing: TimingConfig,
-    min_warmups: Sequence[int],
-    device: torch.device,
-    measurement: Measurement,
-    watch: DynamoWatch,
-    before_block: Setup | None = None,
-) -> list[SideTiming]:
-    """Every side timed in one interleaved window, after its warmup; the GPU's state around the
-    window and Dynamo's counters at its edges (``watch.window_*``); then each side's peak memory,
-    and whether inductor really used the CUDA graphs it was asked for.
-
-    Cycling inputs restart at the same position for every side in each round (the timers'
-    per-block setup), so both sides see the same input in the same round."""
-    from tasks.targets import CycleCall
-
-    calls, plans = prepare_sides(timer, work, fns, timing, min_warmups)
-    setups: list[Setup | None] = [call.start_round if isinstance(call, CycleCall) else None for call in calls]
-    if before_block is not None:  # fresh copies of inputs the target mutates, for each block
-        setups = preceded_by(before_block, setups)
-    measurement.gpu_before = gpu_state(device)
-    watch.open_window()
-    sides = timer.interleaved(calls, plans, min(p.repeats for p in plans), setups)
-    watch.close_window()
-    measurement.gpu_after = gpu_state(device)
-    peaks = [peak_memory(call, device) for call in calls]
-    if measurement.cudagraphs:
-        measurement.cudagraphs_used, measurement.cudagraph_skips = watch.cudagraph_verdict()
-    return [
-        SideTiming.from_samples(
-            first,
-            side.samples_ms,
-            p.warmup,
-            p.block_size,
-            peak_memory_bytes=peak,
-            device_samples_ms=side.device_samples_ms,
-            host_bound=side.host_bound,
-        )
-        for first, side, p, peak in zip(first_ms, sides, plans, peaks, strict=True)
-    ]
-
-
-def time_eager_alone(timer: Timer, work: Workload, exp: Experiment, first_ms: float) -> SideTiming | None:
-    """The eager side when there is no compiled side to interleave with (compilation failed)."""
-    try:
-        calls, (p,) = prepare_sides(timer, work, [work.fn], exp.timing)
-        (side,) = timer.interleaved(calls, [p], p.repeats)
-    except Exception:
-        return None
-    return SideTiming.from_samples(
-        first_ms,
-        side.samples_ms,
-        p.warmup,
-        p.block_size,
-        device_samples_ms=side.device_samples_ms,
-        host_bound=side.host_bound,
-    )
-
-
 def resolve_device(requested: str) -> torch.device:
     """``auto`` is CUDA when this process sees a GPU, else the CPU; ``cuda`` insists on one."""
     has_cuda = torch.cuda.is_available()  # first CUDA touch: after Ray set CUDA_VISIBLE_DEVICES
@@ -341,7 +308,7 @@ def resolve_device(requested: str) -> torch.device:
     return torch.device("cuda", 0)  # the one device Ray made visible to this process
 
 
-def worker_info(device: torch.device, placement: Placement) -> WorkerInfo:
+def worker_info(device: torch.device, placement: Placement, experiments_before: int) -> WorkerInfo:
     return WorkerInfo(
         hostname=socket.gethostname(),
         node_id=placement.node_id,
@@ -350,122 +317,10 @@ def worker_info(device: torch.device, placement: Placement) -> WorkerInfo:
         gpu_name=torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         cpu_model=cpu_model(),
         threads=torch.get_num_threads(),
+        experiments_before=experiments_before,
         gpu_model=placement.gpu_model or (torch.cuda.get_device_name(device) if device.type == "cuda" else None),
         versions=versions(),
     )
-
-
-def compile_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[..., Any]:
-    """``torch.compile(fn, ...)``, or ``fn.compile(...)`` in place for ``method: module_compile``."""
-    kwargs: dict[str, Any] = {"backend": cfg.backend, "fullgraph": cfg.fullgraph, "dynamic": cfg.dynamic}
-    if cfg.mode is not None:
-        kwargs["mode"] = cfg.mode
-    if cfg.options:
-        kwargs["options"] = dict(cfg.options)
-    if cfg.method == "module_compile":
-        if not isinstance(fn, torch.nn.Module):
-            raise TypeError(f"compile.method 'module_compile' needs an nn.Module target, got {type(fn).__name__}")
-        fn.compile(**kwargs)
-        return fn
-    return torch.compile(fn, **kwargs)
-
-
-def eager_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[..., Any]:
-    """The uncompiled call of ``fn``: ``mod.compile()`` compiles ``mod.__call__`` in place, so
-    for ``module_compile`` the eager side calls the module's own ``_call_impl`` (the path
-    ``__call__`` takes when nothing is compiled: hooks, then ``forward``)."""
-    if cfg.method == "module_compile" and isinstance(fn, torch.nn.Module):
-        return fn._call_impl
-    return fn
-
-
-def compiled_callable(work: Workload, run: PhaseRun, cfg: CompileConfig) -> Callable[..., Any]:
-    """The compiled side's call: the phase's step around the compiled target (``scope: model``),
-    or the whole step compiled (``scope: step``; for inference the step is the forward)."""
-    if cfg.scope == "step":
-        if cfg.method == "module_compile":
-            raise TypeError("compile.scope 'step' compiles a step function; it cannot go with method 'module_compile'")
-        return compile_callable(run.side(work.fn), cfg)
-    return run.side(compile_callable(work.fn, cfg))
-
-
-def peak_memory(call: Callable[[], Any], device: torch.device) -> int | None:
-    """Bytes one call allocates at its peak beyond what was allocated before it (CUDA only).
-
-    ``max_memory_allocated`` after a reset of the peak statistics, minus ``memory_allocated``
-    just before the call: the inputs, parameters, outputs still held and the L2-flush buffer
-    are excluded, so ``memory_ratio`` compares what eager and compiled allocate themselves (the
-    harness's compression ratio)."""
-    if device.type != "cuda":
-        return None
-    torch.cuda.synchronize(device)
-    torch.cuda.reset_peak_memory_stats(device)
-    before = torch.cuda.memory_allocated(device)
-    call()
-    torch.cuda.synchronize(device)
-    return max(0, torch.cuda.max_memory_allocated(device) - before)
-
-
-def recompile_verdict(watch: DynamoWatch, start: Snapshot) -> dict[str, Any]:
-    """``recompiled`` when Dynamo compiled inside the timed window, or hit its recompile limit
-    at any point since compilation began (after which it silently runs the frame eagerly)."""
-    reasons = []
-    before, after = watch.window_before or start, watch.window_after or watch.snapshot()
-    if after.frames > before.frames:
-        window_reasons = watch.reasons[watch.window_reasons :]
-        count = after.frames - before.frames
-        reasons.append(f"{count} compilation(s) inside the timed window")
-        reasons += [f"guard failure: {r}" for r in window_reasons[:MAX_REASONS]]
-        if len(window_reasons) > MAX_REASONS:
-            reasons.append(f"... and {len(window_reasons) - MAX_REASONS} more guard failures")
-    if after.limit_hits > start.limit_hits or watch.limit_messages:
-        reasons.append("recompile limit hit: Dynamo ran the frame eagerly from then on")
-        reasons += watch.limit_messages[:1]
-    return {"recompiled": bool(reasons), "recompile_reasons": reasons}
-
-
-def analyse_graphs(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, Any]:
-    """Graph count, graph breaks and their reasons, from ``torch._dynamo.explain`` of the target's
-    forward on ``inputs`` (a copy: the trace runs the target).
-
-    ``explain`` resets Dynamo before and after its own trace. Some reasons it gives are
-    internal (``generic_jump TensorVariable()``); the user-facing message Dynamo logged
-    for the same source line replaces them.
-    """
-    counters.clear()
-    try:
-        explained = torch._dynamo.explain(fn)(*inputs)
-    except Exception:
-        return {"graph_count": None, "graph_breaks": None, "break_reasons": []}
-    logged = [*counters["unimplemented"], *counters["graph_break"]]
-    reasons = [_describe_break(r, logged) for r in explained.break_reasons if r.graph_break]
-    counters.clear()
-    return {"graph_count": explained.graph_count, "graph_breaks": len(reasons), "break_reasons": reasons}
-
-
-def _describe_break(reason: Any, logged: list[str]) -> str:
-    text = str(reason.reason).strip().splitlines()[0]
-    frame = reason.user_stack[-1] if reason.user_stack else None
-    if frame is None:
-        return text
-    where = f'File "{frame.filename}", line {frame.lineno}'
-    if text.startswith("generic_jump"):
-        text = next((m.splitlines()[0] for m in logged if where in m), text)
-    return f"{text} ({Path(frame.filename).name}:{frame.lineno})"
-
-
-def preceded_by(first: Setup, setups: Sequence[Setup | None]) -> list[Setup | None]:
-    """Per-block setups that each run ``first`` before their own."""
-
-    def chain(then: Setup | None) -> Setup:
-        def both(calls: int) -> None:
-            first(calls)
-            if then is not None:
-                then(calls)
-
-        return both
-
-    return [chain(then) for then in setups]
 
 
 def cpu_model() -> str | None:

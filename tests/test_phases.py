@@ -80,7 +80,9 @@ def test_dropout_in_training_matches_with_inductors_fallback_random_and_a_reseed
     r = run("tests.user_targets:make_dropout_mlp", backend="inductor", phase="training")
     assert r.status == "ok", r.error
     assert r.correct is True and r.check.eager_deterministic is True
-    assert r.inductor_options["fallback_random"] is True
+    # judged on a compile of its own with fallback_random; the timed compile is what the user configured
+    assert r.check.fallback_random is True and r.check.compile_latency_s > 0
+    assert "fallback_random" not in r.inductor_options
 
 
 def test_a_parameter_free_target_trains_with_respect_to_its_inputs():

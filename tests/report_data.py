@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.report import Environment, Report, build_report
-from tasks.models import ErrorInfo, Experiment, Result, SideTiming, WorkerInfo, WorkInfo
+from tasks.models import CompileCache, ErrorInfo, Experiment, Result, SideTiming, WorkerInfo, WorkInfo
 from tasks.stats import speedup_ci
 
 
@@ -35,6 +35,7 @@ def make_result(
     work: WorkInfo | None = None,
     torch: str = "2.13.0",
     sample_seed: int | None = None,
+    cache_outcome: str | None = None,
 ) -> Result:
     """One result whose samples scatter by ``noise`` (relative) around the given medians.
 
@@ -65,6 +66,14 @@ def make_result(
         eager=eager_side,
         compiled=compiled_side,
         compile_latency_s=compile_s if timed else None,
+        compile_cache=CompileCache(
+            state=cache,
+            primed=cache == "warm",
+            fxgraph_hit=int(cache_outcome == "hit"),
+            fxgraph_miss=int(cache_outcome == "miss"),
+        )
+        if timed and cache_outcome
+        else None,
         speedup=eager_side.median_ms / compiled_side.median_ms if compiled_side else None,
         speedup_ci=speedup_ci(eager.tolist(), compiled.tolist()) if compiled_side else None,
         memory_ratio=memory_ratio,

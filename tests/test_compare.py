@@ -111,6 +111,17 @@ def test_thread_counts_that_differ_are_warned():
     assert compare(base, new).warnings == ["worker threads differ: 1 vs 2"]
 
 
+def test_compile_latency_of_a_hit_is_never_compared_with_a_miss():
+    base, new = pair({"compile_s": 8.0, "cache_outcome": "miss"}, {"compile_s": 0.05, "cache_outcome": "hit"})
+    comparison = compare(base, new, Thresholds(gate_compile=True))
+    assert kinds(comparison) == []
+    assert any("served differently by the caches" in w and "warm: miss vs warm: hit" in w for w in comparison.warnings)
+    base, new = pair({"compile_s": 0.05, "cache_outcome": "hit"}, {"compile_s": 0.5, "cache_outcome": "hit"})
+    (change,) = compare(base, new, Thresholds(gate_compile=True)).changes
+    assert (change.kind, change.regression) == ("compile_slower", True)
+    assert change.new.endswith("(warm: hit)")
+
+
 def test_compile_options_that_differ_are_warned():
     base, new = pair({}, {})
     new.results[0].inductor_options = {"max_autotune": True}

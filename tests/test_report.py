@@ -275,3 +275,19 @@ def test_a_file_that_is_no_journal_is_an_error(tmp_path):
     journal.write_text("hello\nworld\n")
     with pytest.raises(ReportError, match="no results in this journal"):
         read(journal)
+
+
+def test_compile_latency_means_never_mix_cold_and_warm_nor_hits_and_misses():
+    from orchestrator.report.summary import compile_latencies
+
+    warm_hits = [make_result(compile_s=0.05, cache_outcome="hit", seed=i) for i in range(3)]
+    stray_miss = make_result(compile_s=9.0, cache_outcome="miss", seed=9)
+    latencies, label = compile_latencies([*warm_hits, stray_miss])
+    assert latencies == [0.05] * 3 and label == "warm: hit (1 other left out)"
+    cold = [make_result(compile_s=8.0, cache="cold", cache_outcome="miss", seed=i) for i in range(2)]
+    assert compile_latencies(cold) == ([8.0, 8.0], "cold: miss")
+    report = make_report([*warm_hits, *cold])
+    configs = {c.config: c for c in report.summary.devices[0].configs}
+    warm = configs["inductor"].own
+    assert warm.compile_cache == "warm: hit" and warm.compile_latency_s == pytest.approx(0.05)
+    assert configs["inductor+cold"].own.compile_cache == "cold: miss"

@@ -100,13 +100,16 @@ def compare(
       the speedup, each round's eager/compiled ratio) gives p < ``alpha``. Faster likewise.
     - Status: ok -> anything else is a new failure (a regression); anything else -> ok is a new pass.
     - Graph breaks: a count that grew is a regression.
-    - Compile latency: a move beyond ``thresholds.compile`` is listed; a regression only with
-      ``gate_compile`` (one measurement a side: no test of significance is possible).
+    - Compile latency: a move beyond ``thresholds.compile`` is listed, with how the caches served
+      it (``warm: hit``, ``cold: miss``); a regression only with ``gate_compile`` (one measurement a
+      side: no test of significance is possible). Warm never meets cold (their ids differ), and a
+      pair the caches served differently (a hit against a miss) is not compared but warned about.
     """
     t = thresholds or Thresholds()
     base_by_id = {r.experiment_id: r for r in base.results}
     new_by_id = {r.experiment_id: r for r in new.results}
     changes: list[Change] = []
+    not_compared: list[str] = []
     few_samples = 0
     for exp_id, b in base_by_id.items():
         n = new_by_id.get(exp_id)
@@ -117,7 +120,9 @@ def compare(
         speed, few = _speed_changes(b, n, t)
         changes.extend(speed)
         few_samples += few
-        changes.extend(_compile_changes(b, n, t))
+        compiled, apart = _compile_changes(b, n, t)
+        changes.extend(compiled)
+        not_compared += [apart] if apart else []
     order = list(KIND_TITLES)
     changes.sort(key=lambda c: (not c.regression, order.index(c.kind)))
     warnings = environment_warnings(base, new)
@@ -126,6 +131,9 @@ def compare(
             f"{few_samples} experiment(s) have fewer than {MIN_SAMPLES} samples on a side: the significance "
             "test has little power; raise timing.repeats"
         )
+    if not_compared:
+        shown = "; ".join(not_compared[:3]) + (f"; and {len(not_compared) - 3} more" if len(not_compared) > 3 else "")
+        warnings.append(f"{len(not_compared)} compile latency pair(s) served differently by the caches: {shown}")
     return Comparison(
         base=names[0] or base.name,
         new=names[1] or new.name,
@@ -226,16 +234,33 @@ def _speed_changes(b: Result, n: Result, t: Thresholds) -> tuple[list[Change], i
     return [], few
 
 
-def _compile_changes(b: Result, n: Result, t: Thresholds) -> list[Change]:
+def compile_comparable(b: Result, n: Result) -> str | None:
+    """None when the two compile latencies were served alike (the same cache state, and each layer
+    hit or missed alike); else why they measure different things. A report from before caches were
+    recorded compares by state alone."""
+    if b.compile.cache != n.compile.cache:
+        return f"cache {b.compile.cache} vs {n.compile.cache}"
+    if b.compile_cache and n.compile_cache and b.compile_cache.outcome != n.compile_cache.outcome:
+        return f"{b.compile_cache.label} vs {n.compile_cache.label}"
+    return None
+
+
+def _compile_changes(b: Result, n: Result, t: Thresholds) -> tuple[list[Change], str | None]:
+    """A compile-latency move beyond the threshold, labelled with how the caches served it; a pair
+    served differently (a hit against a miss) is never compared: the reason comes back instead."""
     if not (b.compile_latency_s and n.compile_latency_s):
-        return []
+        return [], None
+    apart = compile_comparable(b, n)
+    if apart is not None:
+        return [], f"{_label(n)}: compile latencies not compared ({apart})"
     ratio = n.compile_latency_s / b.compile_latency_s
     if abs(ratio - 1) <= t.compile:
-        return []
+        return [], None
     slower = ratio > 1
     kind: Kind = "compile_slower" if slower else "compile_faster"
-    base_text, new_text = f"{seconds(b.compile_latency_s)} s", f"{seconds(n.compile_latency_s)} s"
-    return [_change(kind, n, base_text, new_text, _percent(ratio), regression=slower and t.gate_compile)]
+    how = n.compile_cache.label if n.compile_cache else n.compile.cache
+    base_text, new_text = f"{seconds(b.compile_latency_s)} s", f"{seconds(n.compile_latency_s)} s ({how})"
+    return [_change(kind, n, base_text, new_text, _percent(ratio), regression=slower and t.gate_compile)], None
 
 
 def _round_speedups(r: Result) -> list[float]:

@@ -64,7 +64,7 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
     bytes_ = any(r.work and r.work.bytes for r in results)
     models = {device_model(r) for r in results}
     headers = ["target", *(["device"] if len(models) > 1 else []), "config"]
-    headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s"]
+    headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s", "cache"]
     headers += [*(["TFLOP/s"] if flops else []), *(["GB/s"] if bytes_ else [])]
     headers += ["breaks", "status", "notes"]
     rows = []
@@ -79,6 +79,7 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
             times(r.speedup),
             interval(r.speedup_ci),
             seconds(r.compile_latency_s),
+            cache_text(r),
         ]
         rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
         row += [*([rate(rates.tflops)] if flops else []), *([rate(rates.gbps)] if bytes_ else [])]
@@ -86,6 +87,14 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
         rows.append(row)
     right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s", "GB/s", "breaks"}
     return Rows(title, headers, rows, right)
+
+
+def cache_text(r: Result) -> str:
+    """How the compile caches served the measured compile: ``warm: hit``, ``cold: miss``; the state
+    alone for a result from before they were recorded."""
+    if r.compile_latency_s is None:
+        return "-"
+    return r.compile_cache.label if r.compile_cache else r.compile.cache
 
 
 def groups_rows(summary: Summary) -> Rows:
@@ -123,7 +132,8 @@ def device_rows(device: DeviceSummary) -> Rows:
     """Pass rate and geometric means of each configuration on one device model, over one set of groups."""
     comparable = bool(device.common)
     over = "common" if comparable else "own"
-    headers = ["config", "pass rate", f"speedup ({over})", "95% CI", "compile s", "memory ratio", "n", "not ok"]
+    headers = ["config", "pass rate", f"speedup ({over})", "95% CI", "compile s", "cache", "memory ratio", "n"]
+    headers.append("not ok")
     rows = []
     for c in device.configs:
         g = c.common if comparable else c.own
@@ -134,6 +144,7 @@ def device_rows(device: DeviceSummary) -> Rows:
                 times(g.speedup if g else None),
                 interval(g.ci if g else None),
                 seconds(g.compile_latency_s if g else None),
+                (g.compile_cache or "-") if g else "-",
                 times(g.memory_ratio if g else None),
                 str(g.n if g else 0),
                 ", ".join(f"{n} {s}" for s, n in c.counts.items()),

@@ -231,16 +231,35 @@ def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
     if not groups:
         return None
     log, se = _combine([t.combined for _, t in groups])
-    latency = [r.compile_latency_s for _, t in groups for r in t.results if r.compile_latency_s]
+    latency, cache = compile_latencies([r for _, t in groups for r in t.results])
     memory = [r.memory_ratio for _, t in groups for r in t.results if r.memory_ratio]
     return GeoMean(
         speedup=math.exp(log),
         ci=(math.exp(log - Z95 * se), math.exp(log + Z95 * se)),
         compile_latency_s=_plain_geomean(latency),
+        compile_cache=cache,
         memory_ratio=_plain_geomean(memory),
         n=len(groups),
         targets=sorted(label for label, _ in groups),
     )
+
+
+def compile_latencies(results: Sequence[Result]) -> tuple[list[float], str | None]:
+    """The compile latencies one mean may take, and its label: never cold and warm together (a
+    configuration is one or the other; cold takes precedence if a caller mixes them), and, of the
+    results whose caches were recorded, those served as most were (``warm: hit`` over a stray miss)."""
+    timed = [r for r in results if r.compile_latency_s]
+    if not timed:
+        return [], None
+    state = "cold" if any(r.compile.cache == "cold" for r in timed) else "warm"
+    timed = [r for r in timed if r.compile.cache == state]
+    outcomes = Counter(r.compile_cache.outcome for r in timed if r.compile_cache)
+    if not outcomes:
+        return [r.compile_latency_s or 0.0 for r in timed], state
+    outcome = outcomes.most_common(1)[0][0]
+    kept = [r for r in timed if r.compile_cache and r.compile_cache.outcome == outcome]
+    label = f"{state}: {outcome}" + (f" ({len(timed) - len(kept)} other left out)" if len(kept) < len(timed) else "")
+    return [r.compile_latency_s or 0.0 for r in kept], label
 
 
 def _combine(values: Sequence[tuple[float, float]]) -> tuple[float, float]:

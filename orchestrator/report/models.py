@@ -77,7 +77,8 @@ class GeoMean(BaseModel):
 
     speedup: float
     ci: tuple[float, float]  # 95% interval from the results' own intervals (measurement noise)
-    compile_latency_s: float | None = None
+    compile_latency_s: float | None = None  # over results whose caches served them alike (compile_cache)
+    compile_cache: str | None = None  # how: "warm: hit", "cold: miss"; "warm: mixed" where they differed
     memory_ratio: float | None = None  # eager peak / compiled peak; None where no result measured memory
     n: int
     targets: list[str]

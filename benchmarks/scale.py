@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from orchestrator.report import summarize  # noqa: E402
 from orchestrator.spec import load_spec  # noqa: E402
-from tasks.models import CompileConfig, Result, SideTiming, TimingConfig, WorkerInfo  # noqa: E402
+from tasks.models import CompileConfig, Result, TimingConfig, WorkerInfo  # noqa: E402
+from tasks.stats import side_timing  # noqa: E402
 
 TARGET_S = 1.0  # the bound for each figure, on the project's 2-core machine
 MODES = [None, "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "lite"]
@@ -79,8 +80,8 @@ def results_of(n: int) -> list[Result]:
                 timing=TimingConfig(warmup=3, repeats=10),
                 seed=i,
                 status="ok" if ok else "compile_error",
-                eager=SideTiming.from_samples(1.0, eager, 3),
-                compiled=SideTiming.from_samples(5.0, compiled, 3) if ok else None,
+                eager=side_timing(1.0, eager, 3),
+                compiled=side_timing(5.0, compiled, 3) if ok else None,
                 speedup=(sorted(eager)[5] / sorted(compiled)[5]) if ok else None,
                 speedup_ci=(1.8, 2.2) if ok else None,
                 compile_latency_s=1.5 if ok else None,

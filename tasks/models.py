@@ -250,21 +250,6 @@ class SideTiming(SampleStats):
     device_samples_ms: list[float] | None = None
     host_bound: bool | None = None
 
-    @classmethod
-    def from_samples(
-        cls, first_call_ms: float, samples_ms: list[float], warmup: int, block_size: int = 1, **extra: Any
-    ) -> SideTiming:
-        from tasks.stats import describe
-
-        return cls(
-            first_call_ms=first_call_ms,
-            samples_ms=samples_ms,
-            warmup=warmup,
-            block_size=block_size,
-            **describe(samples_ms).model_dump(),
-            **extra,
-        )
-
 
 class GpuState(BaseModel):
     """What NVML says about the GPU at one moment: the conditions a timer cannot control."""

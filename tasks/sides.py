@@ -31,6 +31,7 @@ import torch
 from tasks.dynamo_watch import DynamoWatch, Snapshot
 from tasks.models import Measurement, SideTiming, TimingConfig
 from tasks.nvml import gpu_state
+from tasks.stats import side_timing
 from tasks.targets import CycleCall, Workload
 from tasks.timers import Plan, Setup, Timer, plan
 
@@ -151,7 +152,7 @@ def time_sides(
     if measurement.cudagraphs:
         measurement.cudagraphs_used, measurement.cudagraph_skips = watch.cudagraph_verdict()
     return [
-        SideTiming.from_samples(
+        side_timing(
             first,
             side.samples_ms,
             p.warmup,
@@ -171,7 +172,7 @@ def time_eager_alone(timer: Timer, work: Workload, timing: TimingConfig, first_m
         (side,) = timer.interleaved(calls, [p], p.repeats)
     except Exception:
         return None
-    return SideTiming.from_samples(
+    return side_timing(
         first_ms,
         side.samples_ms,
         p.warmup,

@@ -8,10 +8,11 @@ the raw samples the report keeps.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from tasks.models import SampleStats
+from tasks.models import SampleStats, SideTiming
 
 NOISY_IQR_RATIO = 0.10  # IQR/median above this marks a side noisy (torch.utils.benchmark warns at 10%)
 BOOTSTRAP_RESAMPLES = 2000  # replicates per interval; the 2.5/97.5 percentiles move < 1% beyond this
@@ -32,6 +33,20 @@ def describe(samples: Sequence[float]) -> SampleStats:
         iqr_ms=iqr,
         n=int(a.size),
         noisy=bool(median > 0 and iqr / median > NOISY_IQR_RATIO),
+    )
+
+
+def side_timing(
+    first_call_ms: float, samples_ms: list[float], warmup: int, block_size: int = 1, **extra: Any
+) -> SideTiming:
+    """One side's raw samples with how they were taken, and the statistics ``describe`` derives."""
+    return SideTiming(
+        first_call_ms=first_call_ms,
+        samples_ms=samples_ms,
+        warmup=warmup,
+        block_size=block_size,
+        **describe(samples_ms).model_dump(),
+        **extra,
     )
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 
 from orchestrator.report import Environment, Report, build_report
-from tasks.models import CompileCache, ErrorInfo, Experiment, Result, SideTiming, WorkerInfo, WorkInfo
-from tasks.stats import speedup_ci
+from tasks.models import CompileCache, ErrorInfo, Experiment, Result, WorkerInfo, WorkInfo
+from tasks.stats import side_timing, speedup_ci
 
 
 def make_result(
@@ -48,8 +48,8 @@ def make_result(
     rng = np.random.default_rng(sample_seed if sample_seed is not None else zlib.crc32(exp.id.encode()))
     compiled = compiled_ms * (1 + noise * rng.standard_normal(n))
     eager = (speedup or 1.0) * compiled_ms * (1 + noise * rng.standard_normal(n))
-    eager_side = SideTiming.from_samples(eager[0] * 2, eager.tolist(), warmup=3)
-    compiled_side = SideTiming.from_samples(compiled[0] * 50, compiled.tolist(), warmup=3) if timed else None
+    eager_side = side_timing(eager[0] * 2, eager.tolist(), warmup=3)
+    compiled_side = side_timing(compiled[0] * 50, compiled.tolist(), warmup=3) if timed else None
     return Result(
         experiment_id=exp.id,
         target=target,

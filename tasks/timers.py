@@ -12,8 +12,9 @@ On CUDA there are two methods (``timing.method``):
 - ``wall`` (the default): what a user waits for. Each timed call sits between two
   synchronisations and is read with ``perf_counter``, host overhead included, as PyTorch's
   dynamo harness (``timed()``) does. Each round also takes the *device* time of one more call
-  of the same side, queued behind a spin kernel so that its launches cannot starve the GPU
-  (NVBench's blocking-kernel idea): comparing the two says whether the side is host-bound.
+  of the same side on the same inputs, queued behind a spin kernel so that its launches cannot
+  starve the GPU (NVBench's blocking-kernel idea): comparing the two says whether the side is
+  host-bound.
 - ``events``: device time between CUDA events, no synchronisation between calls, as Triton's
   ``do_bench``. Launch overhead is hidden whenever the GPU still has queued work, so a
   launch-bound side can look as fast as its kernels.
@@ -35,8 +36,13 @@ import torch
 from tasks.models import TimingConfig
 
 Clock = Callable[[], float]
+# One call of a side. A call whose inputs change from call to call (``tasks.targets.CycleCall``)
+# also has ``repeat()``: the call once more on the inputs of its last call, without moving on.
 Call = Callable[[], Any]
-Setup = Callable[[int], None]  # called with a block's size before the block, outside the timed region
+# Run once per round of each side, before the round's first call and outside the timed region,
+# with the number of calls the side makes in the round (a block's size; 2 in CUDA ``wall`` mode):
+# a round of a cycling call moves on to its next inputs here, fresh input copies are made here.
+Setup = Callable[[int], None]
 
 # A CPU call shorter than this is timed in blocks: perf_counter's own cost (~50 ns) and the
 # loop around it stay below 0.1% of a block (torch.utils.benchmark's blocked_autorange idea).
@@ -274,11 +280,14 @@ class CudaTimer:
         With ``flush_l2`` a 256 MB buffer is zeroed before each timed call, outside the timed
         region, so no call finds its inputs in L2. The garbage collector is paused throughout.
 
-        ``wall``: per round and side, (1) the wall sample: synchronise, ``perf_counter``, call,
-        synchronise, ``perf_counter``; (2) the device sample: a spin kernel (``torch.cuda._sleep``)
-        lasting 1.5x the host time the wall call took to launch its work, then an event pair
-        around one more call: the launches queue behind the spin, so the events measure the
-        kernels back to back, with no launch gaps. ``setup`` runs before each of the two calls.
+        ``wall``: per round and side, ``setup(2)`` once (the round makes two calls), then (1) the
+        wall sample: synchronise, ``perf_counter``, call, synchronise, ``perf_counter``; (2) the
+        device sample: a spin kernel (``torch.cuda._sleep``) lasting 1.5x the host time the wall
+        call took to launch its work, then an event pair around the same call again, on the same
+        inputs (``repeat()``, where the call's inputs change from call to call): the launches queue
+        behind the spin, so the events measure the kernels back to back, with no launch gaps, of
+        the very input the wall sample timed. Changing inputs move on once per round, so every
+        input is timed as often by the wall samples as by the device samples.
 
         ``events``: an event pair around each call, one synchronisation at the end reads them
         all; no host sync between calls (launch overhead overlaps earlier queued work).
@@ -294,18 +303,17 @@ class CudaTimer:
             for _ in range(rounds):
                 for fn, setup, wall, pairs in zip(fns, setups, walls, events, strict=True):
                     if setup is not None:
-                        setup(1)
+                        setup(2)
+                    again = repeat(fn)
                     self._flush()
                     wall_ms, launch_ms = self._wall_call(fn)
                     wall.append(wall_ms)
-                    if setup is not None:
-                        setup(1)
                     self._flush()
                     spin_ms = min(max(SPIN_MARGIN * launch_ms, SPIN_MIN_MS), SPIN_MAX_MS)
                     torch.cuda._sleep(int(spin_ms * cycles_per_ms))
                     start, end = _event(), _event()
                     start.record()
-                    fn()
+                    again()
                     end.record()
                     pairs.append((start, end))
             self._sync()
@@ -365,6 +373,13 @@ class CudaTimer:
         if self._flush_buffer is None:
             self._flush_buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=self.device)
         self._flush_buffer.zero_()
+
+
+def repeat(fn: Call) -> Call:
+    """``fn`` once more on the inputs of its last call: its ``repeat``, or ``fn`` itself when its
+    inputs never change."""
+    again: Call = getattr(fn, "repeat", fn)
+    return again
 
 
 def _event() -> Any:

@@ -174,6 +174,9 @@ class Worker:
     """
 
     def __init__(self, placement: dict[str, Any]) -> None:
+        from tasks.isolation import claim_worker_cores
+
+        claim_worker_cores(placement.get("cpus"))  # for life, pinning every thread, before torch starts its pools
         import torch._dynamo  # paid once, here
         import torch._inductor.config  # noqa: F401
 
@@ -239,6 +242,9 @@ def _main(argv: list[str]) -> None:
     """``python -m tasks.hygiene PARENT_PID RESULT_PATH``, the request on stdin."""
     parent, out = int(argv[0]), Path(argv[1])
     _die_with_parent(parent)
+    from tasks.isolation import inherit_claim
+
+    inherit_claim()  # the worker's cores, no lock of its own
     request = json.loads(sys.stdin.read())
     result = run_payload(request["payload"], request["placement"])
     out.write_text(json.dumps(result))

@@ -1,12 +1,28 @@
 """Keeping concurrent experiments on one node out of each other's way.
 
 Ray reserves CPU *counts* but pins nothing, and inductor's caches default to one directory
-per user shared by every process on the node. So a task claims actual cores (one lock file
-per core, ``flock``ed: a lock dies with its process), pins itself and the compile workers it
-spawns to them (``sched_setaffinity`` is inherited), sizes torch's threads and inductor's
-compile pool to them, and compiles into a cache directory no concurrent experiment uses:
-a fresh empty one for ``cache: cold``, and for ``warm`` the node's directory of its slot
-(its GPU, or the first core it holds), which persists across experiments on that slot.
+per user shared by every process on the node. So a worker claims actual cores once, for its
+life (``claim_worker_cores``: one lock file per core, ``flock``ed: a lock dies with its
+process), before it starts a thread pool of its own, and pins every thread of its process to
+them. Every thread, because ``sched_setaffinity`` sets the mask of one thread and only threads
+created afterwards inherit it: seen with torch 2.13 on a CPU, ``import torch`` already starts
+OpenBLAS's pool (numpy's, when ``OMP_NUM_THREADS`` > 1), ``torch.set_num_threads`` and the
+first parallel op start OpenMP's, and Ray's own threads exist before a worker's constructor
+runs. Processes started later inherit the mask of the thread that starts them: inductor's
+compile workers (``SubprocPool``'s sidecar ``python -m torch._inductor.compile_worker`` and its
+process pool, for Triton; on a CPU a thread pool in the process, which runs ``g++``), and the
+fresh process of ``compile.cache: cold``, which takes its parent's claim as its own
+(``inherit_claim``: same cores, no lock of its own).
+
+Each experiment (``isolate``) then claims nothing: it pins back any thread, or process started
+from this one, whose allowed CPUs left the claim, reports the claim's cores, and calls them
+exclusive only while the claim holds its locks and every such thread's allowed CPUs
+(``Cpus_allowed_list`` in ``/proc/<pid>/task/<tid>/status``) lie inside them: checked at the
+experiment's start and again at its end (``Isolation.still_exclusive``). It sizes torch's
+threads and inductor's compile pool to the claim, and compiles into a cache directory no
+concurrent experiment uses: a fresh empty one for ``cache: cold``, and for ``warm`` the node's
+directory of its slot (its GPU, or the first core it holds), which persists across
+experiments on that slot.
 
 It also steadies glibc's allocator (``timing.allocator: steady``, the default): by default
 glibc serves large blocks with fresh ``mmap``s and trims freed heap by thresholds it adjusts
@@ -19,9 +35,11 @@ jemalloc and tcmalloc behave in steady state) makes every sample of a side pay t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -31,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import torch
-
 CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+CLAIM_ENV = "COMPILEBENCH_CORE_CLAIM"  # a claiming worker's claim, as JSON, for the processes it starts
+PIN_ROUNDS = 8  # passes over the threads until none is outside (one may start while others are pinned)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt parameters, from glibc's malloc.h
 TRIM_NEVER = -1  # mallopt takes an int; glibc reads it as size_t, so -1 is SIZE_MAX: never trim
 STEADY_ALLOCATOR = "glibc: heap only (M_MMAP_MAX=0), never trimmed (M_TRIM_THRESHOLD=SIZE_MAX)"
@@ -51,6 +69,19 @@ def state_root() -> Path:
     return Path(os.environ.get("COMPILEBENCH_STATE_DIR") or Path(tempfile.gettempdir()) / f"compilebench-{os.getuid()}")
 
 
+@dataclass(frozen=True)
+class CoreClaim:
+    """The cores this process runs on for the rest of its life."""
+
+    cores: tuple[int, ...]
+    exclusive: bool  # every core is locked by ``owner``, for as long as it lives
+    owner: int  # the process holding the locks: this one, or the worker that started it
+    locks: tuple[IO[str], ...] = field(default=(), repr=False, compare=False)  # held by the owner only
+
+
+_claim: CoreClaim | None = None  # this process's claim, once made or inherited
+
+
 @dataclass
 class Isolation:
     cores: list[int]
@@ -58,7 +89,14 @@ class Isolation:
     cache_dir: str | None
     compile_threads: int | None
     allocator: str | None
-    _locks: list[IO[str]] = field(default_factory=list, repr=False)
+    claim: CoreClaim | None = field(default=None, repr=False)
+
+    def still_exclusive(self) -> bool:
+        """Whether the cores stayed exclusive from the experiment's start until now: they were at its
+        start, and every thread of this process and of those it started is inside the claim now.
+        For the end of the measured part; kept in ``exclusive``."""
+        self.exclusive = self.exclusive and _holds(self.claim)
+        return self.exclusive
 
 
 def claim_cores(count: int, allowed: Sequence[int], root: Path) -> tuple[list[int], list[IO[str]]]:
@@ -81,52 +119,171 @@ def claim_cores(count: int, allowed: Sequence[int], root: Path) -> tuple[list[in
     return cores, locks
 
 
+def claim_worker_cores(cpus: int | None) -> CoreClaim | None:
+    """Claim ``cpus`` cores for the rest of this process's life and pin every thread of it, and of
+    the processes it started, to them; None (``cpus`` unset) claims and pins nothing.
+
+    Call it before anything starts a thread pool (before ``import torch``); threads and processes
+    started afterwards inherit the mask. The locks are held until the process exits. If fewer
+    cores are free than requested (a node declaring more CPUs than it has), the claimed ones are
+    used; if none is free, the worker shares the cores it is allowed and its results say so
+    (``exclusive=False``). Processes this one starts find the claim in ``CLAIM_ENV``. A second
+    call returns the first claim."""
+    global _claim
+    if not cpus:
+        return None
+    if _claim is None:
+        allowed = sorted(os.sched_getaffinity(0))
+        cores, locks = claim_cores(cpus, allowed, state_root())
+        _claim = CoreClaim(tuple(cores or allowed), bool(cores), os.getpid(), tuple(locks))
+        os.environ[CLAIM_ENV] = json.dumps(
+            {"cores": list(_claim.cores), "exclusive": _claim.exclusive, "owner": _claim.owner}
+        )
+        pin(_claim.cores)
+    return _claim
+
+
+def inherit_claim() -> CoreClaim | None:
+    """Take the claim of the worker that started this process (``CLAIM_ENV``) as this process's
+    own: pinned to the same cores, no lock taken (the worker holds them for as long as it lives,
+    and this process dies with it). Exclusive where the worker's claim was and the worker is
+    this process's parent. None where no worker claimed cores."""
+    global _claim
+    text = os.environ.get(CLAIM_ENV)
+    if not text:
+        return None
+    given = json.loads(text)
+    owner = int(given["owner"])
+    _claim = CoreClaim(tuple(given["cores"]), bool(given["exclusive"]) and os.getppid() == owner, owner)
+    pin(_claim.cores)
+    return _claim
+
+
+def pin(cores: Sequence[int]) -> None:
+    """Set the allowed CPUs of every thread of this process, and of the processes it started, that
+    are not inside ``cores`` to ``cores``; a thread already inside (e.g. bound to one of them by
+    OpenMP) keeps its mask. Passes over the threads again until none is outside, since a thread
+    not yet pinned may start another meanwhile. A thread that cannot be pinned stays outside,
+    and the check of an experiment (``threads_inside``) reports it."""
+    inside = set(cores)
+    for _ in range(PIN_ROUNDS):
+        outside = [tid for tid, cpus in thread_affinities(descendants=True).items() if not cpus <= inside]
+        if not outside:
+            return
+        for tid in outside:
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # exited meanwhile; not ours
+                os.sched_setaffinity(tid, inside)
+
+
+def thread_affinities(pid: int | None = None, descendants: bool = False) -> dict[int, set[int]]:
+    """Allowed CPUs of each thread of process ``pid`` (this one by default), by thread id, as the
+    kernel lists them (``Cpus_allowed_list`` in ``/proc/<pid>/task/<tid>/status``); with
+    ``descendants``, of the threads of every process started from it, and from those, too (thread
+    ids are unique across processes). A thread or process that exits meanwhile is left out."""
+    pids = [pid or os.getpid()]
+    found: dict[int, set[int]] = {}
+    while pids:
+        proc = pids.pop()
+        for tid in _tids(proc):
+            task = f"/proc/{proc}/task/{tid}"
+            try:
+                status = Path(f"{task}/status").read_text()
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            for line in status.splitlines():
+                if line.startswith("Cpus_allowed_list:"):
+                    found[tid] = parse_cpu_list(line.split(":", 1)[1])
+            if descendants:  # the ``children`` file needs CONFIG_PROC_CHILDREN, as distributions' kernels have
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    pids += [int(child) for child in Path(f"{task}/children").read_text().split()]
+    return found
+
+
+def threads_inside(cores: Sequence[int]) -> bool:
+    """Whether every thread of this process, and of the processes it started, may run only on
+    ``cores``."""
+    allowed = set(cores)
+    return all(cpus <= allowed for cpus in thread_affinities(descendants=True).values())
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """The CPUs of a kernel CPU list such as ``0-3,8,10-11``."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
+
+def _tids(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
+def _holds(claim: CoreClaim | None) -> bool:
+    """Whether ``claim`` is exclusive and every thread (and process started from here) is inside it."""
+    return bool(claim and claim.exclusive and threads_inside(claim.cores))
+
+
 @contextmanager
 def isolate(cpus: int | None, cache: str, slot: str, allocator: str = "steady") -> Iterator[Isolation]:
-    """Pin to ``cpus`` claimed cores, select the compile cache and set the C allocator
-    (``allocator``: ``steady`` or ``system``) for the ``with`` body.
+    """Run the ``with`` body on this process's claimed cores, with torch's threads and inductor's
+    compile pool sized to them, the compile cache selected and the C allocator set
+    (``allocator``: ``steady`` or ``system``); claims nothing itself.
 
-    ``cpus=None`` (not scheduled by compilebench, e.g. a direct in-process call) pins nothing
-    and, for a warm cache, keeps inductor's own default directory. If fewer cores are free
-    than requested (a node declaring more CPUs than it has), the claimed ones are used; if
-    none is free, the task shares the node's cores and says so (``exclusive=False``).
+    With ``cpus`` set, in a process that claimed cores (``claim_worker_cores``, a worker) or
+    inherited a claim (``inherit_claim``): threads and child processes that left the claim are
+    pinned back, the claim's cores are reported, exclusive when the claim is and every thread is
+    inside it (checked here, and again by ``Isolation.still_exclusive`` and when the body ends).
+    With ``cpus`` set and no claim (a direct in-process call): nothing is pinned, the process's
+    allowed cores are reported, not exclusive, and ``cpus`` of them sized for. ``cpus=None`` (not
+    scheduled by compilebench) pins and sizes nothing and, for a warm cache, keeps inductor's own
+    default directory.
     """
+    import torch
+
     root = state_root()
-    allowed = sorted(os.sched_getaffinity(0))
     saved_env = {name: os.environ.get(name) for name in (*CACHE_ENV, "TORCHINDUCTOR_COMPILE_THREADS")}
     saved_threads = torch.get_num_threads()
-    cores, locks = claim_cores(cpus, allowed, root) if cpus else ([], [])
-    exclusive = bool(cores)
-    cores = cores or allowed
+    claim = _claim if cpus else None
+    if claim:
+        pin(claim.cores)
+        cores = list(claim.cores)
+    else:
+        cores = sorted(os.sched_getaffinity(0))
+    threads = len(cores) if claim else min(cpus or 0, len(cores))
     cold_dir = None
+    iso = None
     try:
         if cpus:
-            os.sched_setaffinity(0, cores)
-            torch.set_num_threads(len(cores))
-        compile_threads = _size_compile_pool(len(cores)) if cpus else None
+            torch.set_num_threads(threads)
+        compile_threads = _size_compile_pool(threads) if cpus else None
         allocator_in_effect = set_allocator(allocator) if cpus else None
         if cache == "cold":
             cold_dir = tempfile.mkdtemp(prefix="cold-", dir=_mkdir(root / "cache"))
             cache_dir: str | None = cold_dir
         elif cpus:
-            cache_dir = str(_mkdir(root / "cache" / _cache_slot(slot, cores, exclusive)))
+            cache_dir = str(_mkdir(root / "cache" / _cache_slot(slot, cores, bool(claim and claim.exclusive))))
         else:
             cache_dir = None
         if cache_dir:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # read at each use by inductor
             os.environ["TRITON_CACHE_DIR"] = str(Path(cache_dir) / "triton")
-        yield Isolation(cores, exclusive, cache_dir, compile_threads, allocator_in_effect, locks)
+        iso = Isolation(cores, _holds(claim), cache_dir, compile_threads, allocator_in_effect, claim)
+        yield iso
     finally:
+        if iso is not None:
+            iso.still_exclusive()
         for name, value in saved_env.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
         if cpus:
-            os.sched_setaffinity(0, allowed)
             torch.set_num_threads(saved_threads)
-        for handle in locks:
-            handle.close()  # releases the flock
         if cold_dir:
             shutil.rmtree(cold_dir, ignore_errors=True)
 

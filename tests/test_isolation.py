@@ -1,14 +1,36 @@
-"""Core claims, affinity, thread counts and compile-cache directories of one experiment."""
+"""Core claims, thread affinity, thread counts and compile-cache directories.
+
+A claim pins every thread of the process that makes it, for good: tests that claim fewer cores
+than the test process is allowed run in a subprocess of their own (``in_a_worker_process``).
+In this process, claims take every allowed core, which changes no thread's mask.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+import textwrap
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
-from tasks.isolation import claim_cores, isolate
+from tasks import isolation
+from tasks.isolation import (
+    CLAIM_ENV,
+    claim_cores,
+    claim_worker_cores,
+    isolate,
+    parse_cpu_list,
+    thread_affinities,
+    threads_inside,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -17,22 +39,60 @@ def state_dir(tmp_path, monkeypatch):
     return tmp_path / "state"
 
 
-def test_a_task_is_pinned_to_the_cores_it_claimed_and_restored_after(state_dir):
-    allowed = os.sched_getaffinity(0)
-    threads = torch.get_num_threads()
-    with isolate(cpus=1, cache="warm", slot="gpu0") as iso:
-        assert len(iso.cores) == 1 and iso.exclusive
-        assert os.sched_getaffinity(0) == set(iso.cores)
-        assert torch.get_num_threads() == 1
-        import torch._inductor.config as inductor_config
+@pytest.fixture
+def no_claim(monkeypatch):
+    """This process's claim, as before the test: none; the locks a test's claim took are released."""
+    monkeypatch.setattr(isolation, "_claim", None)
+    monkeypatch.setenv(CLAIM_ENV, "")  # undone after the test, whatever the claim wrote there
+    yield
+    if isolation._claim is not None:
+        for handle in isolation._claim.locks:
+            handle.close()
 
-        assert inductor_config.compile_threads == iso.compile_threads == 1
-        assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
-        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(state_dir / "cache" / "gpu0") == iso.cache_dir
-        assert iso.allocator is not None and "M_MMAP_MAX=0" in iso.allocator
-    assert os.sched_getaffinity(0) == allowed
-    assert torch.get_num_threads() == threads
-    assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(state_dir / "cache" / "gpu0")
+
+def in_a_worker_process(code: str, state_dir: Path, timeout: float = 600) -> dict[str, Any]:
+    """Run ``code`` in a fresh Python process (this repository on its path, the test's state
+    directory) and return the JSON it prints last."""
+    env = dict(os.environ, COMPILEBENCH_STATE_DIR=str(state_dir), PYTHONPATH=str(ROOT))
+    env.pop(CLAIM_ENV, None)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def needs_two_cores() -> list[int]:
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs two cores")
+    return allowed
+
+
+def test_cpu_lists_read_as_the_kernel_writes_them():
+    assert parse_cpu_list("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert parse_cpu_list("5") == {5}
+
+
+def test_every_thread_of_the_process_is_read_from_proc():
+    gate = threading.Event()
+    other = threading.Thread(target=gate.wait)
+    other.start()
+    try:
+        seen = thread_affinities()
+        assert {threading.get_native_id(), other.native_id} <= set(seen)
+        assert set(seen) == {int(tid) for tid in os.listdir("/proc/self/task")}
+        assert seen[other.native_id] == os.sched_getaffinity(other.native_id)
+        assert threads_inside(sorted(os.sched_getaffinity(0)))
+    finally:
+        gate.set()
+        other.join()
 
 
 def test_claimed_cores_are_not_claimed_twice_until_released(state_dir):
@@ -49,28 +109,60 @@ def test_claimed_cores_are_not_claimed_twice_until_released(state_dir):
         handle.close()
 
 
-def test_without_a_free_core_the_task_shares_and_says_so(state_dir):
+def test_a_worker_claims_its_cores_once_for_life_and_experiments_run_on_them(state_dir, no_claim):
     allowed = sorted(os.sched_getaffinity(0))
-    _, held = claim_cores(len(allowed), allowed, state_dir)
-    with isolate(cpus=1, cache="warm", slot="gpu1") as iso:
-        assert iso.exclusive is False
-        assert iso.cores == allowed
+    threads = torch.get_num_threads()
+    claim = claim_worker_cores(len(allowed))
+    assert claim is not None and list(claim.cores) == allowed and claim.exclusive
+    assert claim_worker_cores(1) is claim  # once: a later call gets the same claim
+    assert json.loads(os.environ[CLAIM_ENV]) == {"cores": allowed, "exclusive": True, "owner": os.getpid()}
+    for _ in range(2):  # experiment after experiment: the claim stays held, nothing claims again
+        with isolate(cpus=len(allowed), cache="warm", slot="gpu0") as iso:
+            assert iso.cores == allowed and iso.exclusive
+            assert claim_cores(1, allowed, state_dir)[0] == []  # the worker holds every core
+            assert torch.get_num_threads() == len(allowed)
+            import torch._inductor.config as inductor_config
+
+            assert inductor_config.compile_threads == iso.compile_threads == len(allowed)
+            assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == str(len(allowed))
+            assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(state_dir / "cache" / "gpu0") == iso.cache_dir
+            assert iso.allocator is not None and "M_MMAP_MAX=0" in iso.allocator
+        assert iso.exclusive  # still, at the end
+        assert torch.get_num_threads() == threads
+        assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") != str(state_dir / "cache" / "gpu0")
+    assert claim_cores(1, allowed, state_dir)[0] == []  # held after the experiments too
+
+
+def test_a_worker_without_a_free_core_shares_and_says_so(state_dir, no_claim):
+    allowed = sorted(os.sched_getaffinity(0))
+    _, held = claim_cores(len(allowed), allowed, state_dir)  # another worker holds every core
+    claim = claim_worker_cores(1)
+    assert claim is not None and list(claim.cores) == allowed and not claim.exclusive
+    with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+        assert iso.exclusive is False and iso.cores == allowed
+        assert iso.cache_dir == str(state_dir / "cache" / f"cpu-shared-{os.getpid()}")
     for handle in held:
         handle.close()
 
 
-def test_cpu_tasks_on_different_cores_never_share_a_warm_cache(state_dir):
-    allowed = sorted(os.sched_getaffinity(0))
-    if len(allowed) < 2:
-        pytest.skip("needs two cores")
-    with isolate(cpus=1, cache="warm", slot="cpu") as first:
-        pass
-    _, held = claim_cores(1, allowed, state_dir)  # another task holds the first core
-    with isolate(cpus=1, cache="warm", slot="cpu") as second:
-        assert second.exclusive and second.cores != first.cores
-    for handle in held:
-        handle.close()
-    assert first.cache_dir != second.cache_dir
+def test_without_cpus_a_worker_claims_nothing(no_claim):
+    assert claim_worker_cores(None) is None
+    assert isolation._claim is None and not os.environ[CLAIM_ENV]
+
+
+def test_outside_a_claiming_worker_an_experiment_pins_nothing_and_is_not_exclusive(state_dir, no_claim):
+    before = os.sched_getaffinity(0)
+    with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+        assert iso.exclusive is False and iso.cores == sorted(before)
+        assert torch.get_num_threads() == iso.compile_threads == 1  # sized to what was reserved
+        assert claim_cores(len(before), sorted(before), state_dir)[0] == sorted(before)  # nothing claimed
+    assert os.sched_getaffinity(0) == before
+
+
+def test_cpu_workers_on_different_cores_never_share_a_warm_cache():
+    assert isolation._cache_slot("cpu", [0], True) != isolation._cache_slot("cpu", [1], True)
+    assert isolation._cache_slot("cpu", [0], False) == f"cpu-shared-{os.getpid()}"
+    assert isolation._cache_slot("gpu3", [0], True) == "gpu3"
 
 
 def test_cold_cache_is_a_fresh_empty_directory_removed_afterwards(state_dir):
@@ -91,9 +183,147 @@ def test_in_process_use_pins_nothing_and_keeps_inductors_default_cache():
         assert (os.sched_getaffinity(0), os.environ.get("TORCHINDUCTOR_CACHE_DIR")) == before
 
 
-def test_allocator_switch_steady_by_default_system_on_request(monkeypatch):
-    from tasks import isolation
+def test_every_thread_and_compile_worker_of_a_claiming_worker_stays_inside_its_claim(state_dir):
+    """A thread that exists before the claim (as Ray's, or OpenBLAS's pool started by ``import
+    torch``), torch's OpenMP pool at two threads, an inductor compile with a compile-thread pool,
+    and inductor's subprocess pool of compile workers (the one Triton kernels compile in): every
+    thread of each, read from /proc, may run only on the one claimed core."""
+    allowed = needs_two_cores()
+    out = in_a_worker_process(
+        """
+        import json, os, threading
+        from tasks.isolation import claim_worker_cores, isolate, thread_affinities
 
+        gate = threading.Event()
+        early = threading.Thread(target=gate.wait)
+        early.start()
+        claim = claim_worker_cores(1)
+
+        import torch
+        import torch._inductor.config as inductor_config
+        from torch._inductor.async_compile import AsyncCompile
+
+        torch.set_num_threads(2)
+        x = torch.randn(256, 256)
+        (x @ x).relu().sum()
+        inductor_config.compile_threads = 2  # more than the claim, so that compile workers start
+        torch.compile(lambda a: (a.sin() + a.cos()).sum(), backend="inductor")(torch.randn(64))
+        AsyncCompile.process_pool().submit(AsyncCompile._get_ready).result(timeout=300)
+        with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+            start = iso.exclusive
+        own = thread_affinities()
+        every = thread_affinities(descendants=True)
+        print(json.dumps({
+            "cores": list(claim.cores), "exclusive": claim.exclusive, "iso": [iso.cores, start, iso.exclusive],
+            "early": sorted(own[early.native_id]), "own": {t: sorted(c) for t, c in own.items()},
+            "others": {t: sorted(c) for t, c in every.items() if t not in own},
+        }))
+        gate.set()
+        """,
+        state_dir,
+    )
+    cores = out["cores"]
+    assert len(cores) == 1 and cores[0] in allowed and out["exclusive"]
+    assert out["early"] == cores  # pinned though it existed before the claim
+    assert len(out["own"]) >= 4  # main, early, OpenMP's and the compile threads at least
+    assert out["others"], "inductor's compile workers run in processes of their own"
+    assert all(c == cores for c in [*out["own"].values(), *out["others"].values()]), out
+    assert out["iso"] == [cores, True, True]
+
+
+def test_a_thread_that_leaves_the_claim_is_caught_and_pinned_back(state_dir):
+    """A thread pinned per calling thread only (as the per-experiment pinning once did) or widened
+    by a library is outside the claim: the cores are not exclusive. An experiment's start pins it
+    back; a thread widened during the experiment makes that experiment not exclusive."""
+    allowed = needs_two_cores()
+    out = in_a_worker_process(
+        f"""
+        import json, os, threading
+        from tasks.isolation import claim_worker_cores, isolate, thread_affinities, threads_inside
+
+        everywhere = {allowed}
+        claim = claim_worker_cores(1)
+        gate = threading.Event()
+        other = threading.Thread(target=gate.wait)
+        other.start()
+        seen = {{"born_inside": thread_affinities()[other.native_id] == set(claim.cores)}}
+        os.sched_setaffinity(other.native_id, everywhere)
+        seen["widened_inside"] = threads_inside(claim.cores)
+        with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+            seen["start"] = iso.exclusive
+            seen["pinned_back"] = thread_affinities()[other.native_id] == set(claim.cores)
+            os.sched_setaffinity(other.native_id, everywhere)
+            seen["still"] = iso.still_exclusive()
+        seen["end"] = iso.exclusive
+        with isolate(cpus=1, cache="warm", slot="cpu") as iso:
+            seen["next"] = iso.exclusive
+        print(json.dumps(seen))
+        gate.set()
+        """,
+        state_dir,
+    )
+    assert out == {
+        "born_inside": True,
+        "widened_inside": False,
+        "start": True,
+        "pinned_back": True,
+        "still": False,
+        "end": False,
+        "next": True,
+    }
+
+
+def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_dir):
+    """The worker claims before importing torch; its cold experiment's own process reports the
+    worker's core, exclusive, without claiming one of its own (one that did would find the
+    worker's core locked and take another); the worker still holds its core afterwards."""
+    allowed = needs_two_cores()
+    out = in_a_worker_process(
+        """
+        import json, os, sys
+        from tasks import isolation
+
+        claimed = {}
+        claim_worker_cores = isolation.claim_worker_cores
+
+        def spy(cpus):
+            claimed["torch_before"] = "torch" in sys.modules
+            return claim_worker_cores(cpus)
+
+        isolation.claim_worker_cores = spy
+        from tasks.hygiene import Worker
+
+        worker = Worker({"cpus": 1})
+        claim = isolation._claim
+        experiment = {
+            "target": "seed.foo", "params": {"shape": [4]}, "device": "cpu",
+            "compile": {"backend": "eager", "cache": "cold"}, "timing": {"repeats": 1},
+        }
+        cold = worker.run(experiment)
+        experiment["compile"]["cache"] = "warm"
+        warm = worker.run(experiment)
+        everywhere = sorted(os.sched_getaffinity(os.getppid()))  # the test's cores; this process has one
+        others, _ = isolation.claim_cores(len(everywhere), everywhere, isolation.state_root())
+        print(json.dumps({
+            "claim": list(claim.cores), "torch_before": claimed["torch_before"], "pid": os.getpid(), "others": others,
+            "results": [
+                [r["status"], r["worker"]["pid"], r["measurement"]["cores"], r["measurement"]["exclusive_cores"]]
+                for r in (cold, warm)
+            ],
+        }))
+        """,
+        state_dir,
+    )
+    claim, pid = out["claim"], out["pid"]
+    assert len(claim) == 1 and out["torch_before"] is False
+    (cold_status, cold_pid, cold_cores, cold_exclusive), warm = out["results"]
+    assert cold_status == "ok" and cold_pid != pid
+    assert (cold_cores, cold_exclusive) == (claim, True)
+    assert warm == ["ok", pid, claim, True]
+    assert out["others"] == [core for core in allowed if core not in claim]  # the worker's core is still its own
+
+
+def test_allocator_switch_steady_by_default_system_on_request(monkeypatch):
     calls = []
     monkeypatch.setattr(isolation, "_mallopt", lambda *settings: calls.append(settings) or True)
     monkeypatch.setattr(isolation, "_steadied", False)

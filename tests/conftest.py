@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -12,6 +13,9 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local tests need no token
+# Workers hold their cores' lock files for life: a test session's own lock and cache directory keeps it
+# apart from any other compilebench process on the machine (set before Ray starts: workers inherit it).
+os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-tests-"))
 
 # Ray's bookkeeping for the shared instance: 4 CPUs and 4 logical GPUs, so that
 # GPU-pinning is exercised on a machine without GPUs.

@@ -269,7 +269,7 @@ def test_the_method_comes_from_the_spec_and_wall_is_the_default():
 def test_both_sides_see_the_same_input_in_the_same_round_whatever_their_warmup():
     from tasks.dynamo_watch import DynamoWatch
     from tasks.models import Measurement
-    from tasks.procedure import time_sides
+    from tasks.sides import time_sides
     from tasks.targets import Workload
 
     clock, seen = Clock(), {"eager": [], "compiled": []}
@@ -311,7 +311,7 @@ def test_both_sides_see_the_same_input_in_the_same_round_whatever_their_warmup()
 def test_cuda_sides_record_device_time_host_bound_peak_memory_and_cudagraph_use(monkeypatch):
     from tasks.dynamo_watch import DynamoWatch
     from tasks.models import Measurement
-    from tasks.procedure import time_sides
+    from tasks.sides import time_sides
     from tasks.targets import Workload
 
     gpu = FakeGpu(monkeypatch)
@@ -429,11 +429,6 @@ def test_wall_rounds_make_fresh_inputs_for_both_calls_before_either_is_timed(mon
     assert gpu.log[5:] == [*one_round, *one_round, "sync"]
 
 
-@pytest.mark.xfail(
-    not hasattr(__import__("tasks.targets", fromlist=["CycleCall"]).CycleCall, "repeat"),
-    reason="CycleCall has no repeat() yet and its rounds start at round x calls: wall samples see shapes 0 and 2",
-    strict=True,
-)
 def test_cycling_workload_through_time_sides_times_every_shape_on_both_timers(monkeypatch):
     """The procedure's own cycling call and fresh input copies (a target that mutates its inputs):
     every shape timed as often by the wall and the device samples, and no copy made inside a
@@ -441,7 +436,7 @@ def test_cycling_workload_through_time_sides_times_every_shape_on_both_timers(mo
     import tasks.targets
     from tasks.dynamo_watch import DynamoWatch
     from tasks.models import Measurement
-    from tasks.procedure import time_sides
+    from tasks.sides import time_sides
     from tasks.targets import FreshInputs, Workload
 
     gpu = FakeGpu(monkeypatch)

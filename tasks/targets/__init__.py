@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import itertools
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ class Workload:
         """A no-argument call of ``fn`` on this workload's inputs (the next ones, when they cycle).
 
         A cycling call is a ``CycleCall``: its ``start_round(calls)``, handed to a timer as the
-        per-block setup, starts round ``r`` at input ``r * calls``, so that every side sees the
+        per-round setup, starts the first timed round at the first input, so that every side sees the
         same input in the same round whatever its warmup and estimate calls were.
         """
         if not self.cycle:
@@ -75,20 +74,31 @@ class Workload:
 
 
 class CycleCall:
-    """``fn`` on input tuples taken in turn; rounds restart at a position set by ``start_round``."""
+    """``fn`` on input tuples taken in turn. The first timed round starts at the first input,
+    whatever warmup and estimate calls came before; each later round goes on where the last one
+    left off (the timers call nothing between rounds), so every input is timed equally often and
+    every side sees the same input in the same round; ``repeat`` takes no new input."""
 
     def __init__(self, fn: Callable[..., Any], sets: list[tuple[Any, ...]]) -> None:
         self.fn, self.sets = fn, sets
         self.position = 0
-        self.rounds = itertools.count()
+        self.timed = False  # whether a timed round has started
 
     def __call__(self) -> Any:
         inputs = self.sets[self.position % len(self.sets)]
         self.position += 1
         return self.fn(*inputs)
 
+    def repeat(self) -> Any:
+        """``fn`` once more on the inputs of the last call, without moving on: the device-time call
+        of a CUDA wall round times the input its wall sample timed."""
+        return self.fn(*self.sets[(self.position - 1) % len(self.sets)])
+
     def start_round(self, calls: int) -> None:
-        self.position = next(self.rounds) * calls
+        """A timer's per-round setup; a round moves on by the inputs its calls take, so ``calls``
+        is not needed here."""
+        if not self.timed:
+            self.position, self.timed = 0, True
 
 
 def copy_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -127,7 +127,10 @@ def run_experiment(exp: Experiment, placement: Placement = Placement(), timer: T
         with isolate(placement.cpus, exp.compile.cache, placement.slot, exp.timing.allocator) as iso:
             draft.requested = exp.resources
             draft.inductor_options = inductor_options(exp.compile)
-            return _run(exp, placement, timer, iso, before, draft)
+            result = _run(exp, placement, timer, iso, before, draft)
+            if result.measurement is not None:  # every thread stayed on the claimed cores to the end
+                result.measurement.exclusive_cores = result.measurement.exclusive_cores and iso.still_exclusive()
+            return result
     except Exception as e:  # isolation itself failed (e.g. no permission to pin)
         return draft.finish(exp, "runtime_error", e)
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from tasks.correctness import Observed, Uncheckable, leaves, observe
+from tasks.check.outputs import Observed, Uncheckable, leaves, observe
 from tasks.models import Optimizer, Phase
 from tasks.targets import Workload
 

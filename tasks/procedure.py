@@ -19,6 +19,9 @@ import torch
 from torch._dynamo.utils import calculate_time_spent
 
 from tasks import phases, precision
+from tasks.check.judge import Verdict
+from tasks.check.outputs import Observed
+from tasks.check.step import References, check_compiled, checked_inputs, take_references
 from tasks.compiling import (
     analyse_graphs,
     cache_counters,
@@ -30,9 +33,8 @@ from tasks.compiling import (
     forget_compiled,
     needs_own_check_compile,
 )
-from tasks.correctness import Observed, References, Verdict, check_compiled, checked_inputs, take_references
 from tasks.dynamo_watch import DynamoWatch
-from tasks.hygiene import out_of_memory
+from tasks.failures import out_of_memory
 from tasks.isolation import Isolation, isolate
 from tasks.metadata import inductor_options, versions
 from tasks.models import (
@@ -274,7 +276,7 @@ def check(
     mutated: bool,
     cudagraphs: bool,
 ) -> Verdict:
-    """Judge the compiled side (``tasks.correctness.check_compiled``). Under inductor with checking
+    """Judge the compiled side (``tasks.check.step.check_compiled``). Under inductor with checking
     on, on a compile of its own with ``fallback_random`` (``tasks.compiling``), whose latency is
     recorded apart; otherwise on the timed compile, whose first call was kept for it."""
     replays = CUDAGRAPH_MIN_WARMUP if cudagraphs else 1

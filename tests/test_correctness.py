@@ -14,7 +14,8 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._dynamo.backends.registry import register_backend
 from torch._functorch.aot_autograd import make_boxed_func
 
-from tasks.correctness import Observed, Tolerances, compare, deterministic, leaves, observe
+from tasks.check.judge import Tolerances, compare, deterministic
+from tasks.check.outputs import Observed, leaves, observe
 from tasks.models import Experiment
 
 from .conftest import run_on_cpu as run
@@ -132,7 +133,7 @@ def test_a_compiler_that_perturbs_one_output_by_one_percent_is_incorrect(precisi
     r = run("tests.user_targets:make_linear", backend=OUTPUT_BUG, precision=precision)
     assert r.status == "incorrect", r.error
     assert r.correct is False and r.precision == precision
-    assert r.error.type == "tasks.correctness.Mismatch"
+    assert r.error.type == "tasks.check.judge.Mismatch"
     assert r.error.message.startswith("mismatch at outputs: RMSE against float64")
     assert r.check.worst == "outputs"
     assert r.check.rmse_compiled > r.check.multiplier * r.check.rmse_eager
@@ -158,7 +159,7 @@ def test_a_later_call_is_checked_as_well_as_the_first():
 
 
 def test_the_replayed_call_is_the_one_after_cuda_graph_recording():
-    from tasks.correctness import References, check_compiled
+    from tasks.check.step import References, check_compiled
     from tasks.phases import PhaseRun
 
     calls = []

@@ -97,7 +97,7 @@ def test_wrong_compiled_output_is_incorrect():
     r = run("tests.user_targets:make_relu", compile={"backend": "relu_accuracy_error_TESTING_ONLY"})
     assert r.status == "incorrect"
     assert r.correct is False
-    assert r.error.type == "tasks.correctness.Mismatch"  # an AssertionError
+    assert r.error.type == "tasks.check.judge.Mismatch"  # an AssertionError
     assert r.error.message.startswith("mismatch at outputs: ")
     assert r.compiled is not None  # an incorrect result is still timed
 

@@ -1,78 +1,18 @@
-"""Whether the compiled side computes what eager computes, judged as PyTorch's dynamo harness does.
-
-The harness (``benchmarks/dynamo/common.py``, ``torch._dynamo.utils.same``) compares the compiled
-result with eager's and, where that is not close enough, with a float64 run of the same target:
-
-1. **Structure.** Outputs of any shape are flattened into leaves named by their path
-   (``outputs['logits']``, ``outputs.cache.layers[0].keys``, ``gradients['lin.weight']``): tensors,
-   tuples, lists, dicts (Hugging Face ``ModelOutput`` is one), namedtuples, dataclasses, types
-   registered with ``torch.utils._pytree``, and other objects through their attributes (a
-   ``DynamicCache``'s layers and their key/value tensors). Both sides must have the same paths.
-2. **Non-floating leaves** (integer and bool tensors, strings, numbers, dtypes) must be equal.
-3. **Floating leaves** pass when ``allclose(compiled, eager, rtol, atol)``; else, with a float64
-   reference, when ``RMSE(compiled, fp64) <= m * RMSE(eager, fp64) + atol / 10``: compiled may
-   differ from eager as long as it is not much further from the exact answer than eager itself
-   (a reduction summed in another order is as accurate, not wrong). ``m`` is 2, or 3 for half
-   precision and for tensors under ``SMALL_TENSOR`` elements, as the harness sets it. Where the
-   float64 run was impossible, cosine similarity ``>= COSINE_MIN`` (the harness's fallback).
-   With ``check.reference: eager``, allclose alone decides.
-4. **NaN and Inf.** A non-finite value in the compiled result passes only where eager has the same
-   one (NaN, or an Inf of the same sign) and the float64 reference, where there is one, is
-   non-finite too; such positions count as equal and the rest of the leaf is judged as above. A NaN
-   or Inf anywhere else fails, whatever the RMSE says: the harness compares float32 with
-   ``equal_nan=False``, and an RMSE that is NaN on both sides says nothing by itself. Its
-   exception stays: compiled without NaN where eager has some, and within ``LOOSE_TOL`` of
-   float64, is the better result and passes.
-
-Default tolerances (``rtol = atol``) by the dtype the arithmetic ran in:
-
-=========================  =========  =========
-dtype                      inference  training
-=========================  =========  =========
-float64                    1e-7       1e-6
-float32                    1e-4       1e-3
-tf32 matmuls, float16      1e-3       1e-2
-bfloat16                   1e-3       1e-2
-=========================  =========  =========
-
-float32 1e-4 and float16 1e-3 are TorchBench's inference settings; training is ten times looser,
-as the harness's Hugging Face and TIMM suites are. A float32 output computed under ``tf32`` or
-``amp_*`` takes the tolerance of the lower precision. ``check.rtol``/``check.atol`` override them.
-
-What cannot be judged is reported, not failed: an output holding an object with no known structure
-(no attributes, no ``__eq__``) raises ``Uncheckable``, which the procedure turns into
-``correct: null`` with the reason.
-
-The check step of the procedure (``take_references`` before anything compiles, ``check_compiled``
-after the first compiled call), as the harness orders it: eager runs twice from the same training
-state and seed, and two runs that differ make the result ``correct: null`` with
-``eager_deterministic: false`` rather than a compiled failure; a float64 deep copy of the target
-runs on float64 copies of the inputs, outside autocast. Then the compiled side's first call, a later
-call (after CUDA graphs were recorded, under ``reduce-overhead``) and its call on every check input
-are each compared; every checked call starts from fresh input copies and a reseeded RNG.
-"""
+"""Judging one call's leaves against eager's and the float64 reference's, as PyTorch's dynamo
+harness does (``torch._dynamo.utils.same``): tolerances by dtype and phase, allclose, RMSE against
+float64, cosine, NaN and Inf (see ``tasks.check``, steps 2-4); verdicts and their combination."""
 
 from __future__ import annotations
 
-import collections
-import dataclasses
-import enum
 import math
-import random
-import types
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
-import torch.utils._pytree as pytree
 
 from tasks import precision
+from tasks.check.outputs import Observed
 from tasks.models import CheckInfo, CheckReference, Experiment
-from tasks.targets import Workload, copy_inputs
-
-if TYPE_CHECKING:
-    from tasks.phases import PhaseRun
 
 FLOAT_TOLERANCE = {  # rtol = atol, inference; see the module docstring for the sources
     torch.float64: 1e-7,
@@ -84,123 +24,13 @@ TRAINING_FACTOR = 10  # training tolerances are this much looser (harness: HF/TI
 COSINE_MIN = 0.99  # the harness's cosine-similarity threshold where no float64 run exists
 SMALL_TENSOR = 1000  # elements: below this, noise dominates RMSE and the multiplier is 3 (harness)
 LOOSE_TOL = 4e-2  # harness: compiled without NaN, eager with NaN, compiled ~ fp64 at this: compiled wins
-MAX_DEPTH = 32  # nesting followed into an output before it counts as having no known structure
+
 
 Method = Literal["fp64_rmse", "allclose", "cosine", "equal", "none"]
-PLAIN = (str, bytes, int, bool, complex, type(None), torch.dtype, torch.device, torch.Size, enum.Enum, range, type)
-IDENTITY = (types.FunctionType, types.MethodType, types.BuiltinFunctionType, torch.nn.Module)  # leaves, by ==
-
-
-class Uncheckable(Exception):
-    """An output the check cannot compare; the message says where and why."""
 
 
 class Mismatch(AssertionError):
     """The compiled side's result failed the check; the message says where and by how much."""
-
-
-@dataclass(frozen=True)
-class Observed:
-    """One call's result, flattened into leaves by path and copied, or why it cannot be."""
-
-    leaves: dict[str, Any] = field(default_factory=dict)
-    note: str | None = None  # set when the result has no structure the check can follow
-
-    @property
-    def compared(self) -> list[str]:
-        """The top-level names compared: outputs, loss, gradients, parameters, inputs."""
-        roots = (path.split("[")[0].split(".")[0] for path in self.leaves)
-        return list(dict.fromkeys(roots))
-
-
-def observe(parts: Mapping[str, Any]) -> Observed:
-    """Flatten ``{"outputs": ..., "loss": ...}`` and copy its tensors now, before a later call
-    (a CUDA graph replay, an optimizer step) overwrites them."""
-    try:
-        found = {path: leaf for name, part in parts.items() for path, leaf in _leaves(part, name, 0, set())}
-    except Uncheckable as e:
-        return Observed(note=str(e))
-    return Observed({path: _detached(leaf) for path, leaf in found.items()})
-
-
-def leaves(obj: Any) -> dict[str, Any]:
-    """The leaves of any output structure by path (the tensors themselves, not copies)."""
-    return dict(_leaves(obj, "", 0, set()))
-
-
-def _detached(leaf: Any) -> Any:
-    return leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf
-
-
-def _leaves(obj: Any, path: str, depth: int, seen: set[int]) -> Iterator[tuple[str, Any]]:
-    """(path, leaf) pairs of any output structure; ``Uncheckable`` for what has none."""
-    if isinstance(obj, (torch.Tensor, float, _Equal, *PLAIN, *IDENTITY)):
-        yield path, obj
-        return
-    if type(obj).__module__ == "numpy":
-        yield path, torch.as_tensor(obj) if hasattr(obj, "shape") and obj.shape else obj.item()
-        return
-    if depth > MAX_DEPTH:
-        raise Uncheckable(f"{path}: nested more than {MAX_DEPTH} levels deep")
-    if id(obj) in seen:
-        yield path, "<refers back to an enclosing object>"
-        return
-    seen = seen | {id(obj)}
-    for sub, child in _children(obj, path):
-        yield from _leaves(child, sub, depth + 1, seen)
-
-
-def _children(obj: Any, path: str) -> list[tuple[str, Any]]:
-    """The named parts of one container or object."""
-    if isinstance(obj, Mapping):  # dict, OrderedDict, Hugging Face ModelOutput
-        return [(f"{path}[{k!r}]", v) for k, v in obj.items()]
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return [(f"{path}.{name}", getattr(obj, name)) for name in obj._fields]
-    if isinstance(obj, list | tuple | collections.deque):
-        return [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
-    if isinstance(obj, set | frozenset):
-        if any(isinstance(v, torch.Tensor) for v in obj):
-            raise Uncheckable(f"{path}: a set of tensors has no order to compare them in")
-        return [(path, _Equal(frozenset(obj)))]
-    if dataclasses.is_dataclass(obj):
-        return [(f"{path}.{f.name}", getattr(obj, f.name)) for f in dataclasses.fields(obj)]
-    if type(obj) in pytree.SUPPORTED_NODES:
-        children, _ = pytree.SUPPORTED_NODES[type(obj)].flatten_fn(obj)
-        return [(f"{path}[{i}]", v) for i, v in enumerate(children)]
-    attributes = _attributes(obj)
-    if attributes:  # e.g. a DynamicCache: its layers, their key and value tensors
-        return [(f"{path}.{name}", v) for name, v in attributes.items()]
-    if type(obj).__eq__ is not object.__eq__:
-        return [(path, _Equal(obj))]
-    raise Uncheckable(
-        f"{path or 'output'}: an object of type {type(obj).__qualname__} has no known structure "
-        "(no tensors, no attributes, no __eq__ to compare it by)"
-    )
-
-
-def _attributes(obj: Any) -> dict[str, Any]:
-    if hasattr(obj, "__dict__"):
-        return dict(vars(obj))
-    slots = [s for cls in type(obj).__mro__ for s in getattr(cls, "__slots__", ())]
-    return {s: getattr(obj, s) for s in slots if isinstance(s, str) and hasattr(obj, s)}
-
-
-class _Equal:
-    """A leaf compared by its own ``__eq__``."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return repr(self.value)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Equal) and bool(self.value == other.value)
-
-    def __hash__(self) -> int:
-        return id(self.value)
 
 
 @dataclass(frozen=True)
@@ -511,111 +341,3 @@ def combine(verdicts: list[Verdict]) -> Verdict:
     if unjudged:
         return unjudged[0]
     return max(verdicts, key=lambda v: v.margin)
-
-
-# The check step of the procedure: references before compiling, then the compiled side's calls.
-
-
-@dataclass
-class References:
-    """What the compiled side is judged against on one input tuple."""
-
-    inputs: tuple[Any, ...]
-    eager: Observed
-    fp64: Observed | None  # None: no float64 run was possible (``fp64_note`` says why)
-    fp64_note: str | None = None
-    eager_differs: str | None = None  # where a second eager run differed from the first
-
-
-def take_references(
-    exp: Experiment, run: PhaseRun, eager_fn: Callable[..., Any], work: Workload, device: torch.device, mutated: bool
-) -> list[References]:
-    """For the timed inputs and each check input: eager's checked call, a second one to see that
-    eager repeats itself, and the call of a float64 copy of the target (``check.reference: fp64``)."""
-    tolerances = Tolerances.of(exp)
-    eager_side = run.side(eager_fn)
-    reference, note = None, None
-    if exp.check.reference == "fp64":
-        try:
-            run64, fn64 = run.float64(eager_fn)
-            reference = (run64, run64.side(fn64))
-        except Exception as e:
-            note = f"no float64 copy of the target ({type(e).__name__}: {first_line(e)})"
-    found = []
-    for inputs in [work.inputs, *work.check_inputs]:
-        eager = checked_call(run, eager_side, inputs, exp.seed, mutated)
-        again = checked_call(run, eager_side, inputs, exp.seed, mutated)
-        fp64 = None
-        if reference is not None:
-            try:
-                with precision.exact(device):
-                    fp64 = checked_call(*reference, float64_inputs(inputs), exp.seed, mutated)
-            except Exception as e:
-                note = f"the float64 run failed ({type(e).__name__}: {first_line(e)})"
-        found.append(References(inputs, eager, fp64, note, deterministic(eager, again, tolerances)))
-    return found
-
-
-def check_compiled(
-    exp: Experiment,
-    run: PhaseRun,
-    compiled_side: Callable[..., Any],
-    first: Observed,
-    references: list[References],
-    mutated: bool,
-    replays: int,
-) -> Verdict:
-    """The compiled side's first call, its call after ``replays`` more (a CUDA graph replay under
-    ``reduce-overhead``) and its call on every check input, each judged against the references."""
-    if not exp.check.enabled:
-        return Verdict(None, CheckInfo(method="none"), note="not checked: check.enabled is false")
-    differs = next((r.eager_differs for r in references if r.eager_differs), None)
-    if differs is not None:
-        note = f"eager is not deterministic: two runs from the same seed and inputs differ at {differs}"
-        return Verdict(None, CheckInfo(method="none", eager_deterministic=False), note=f"{note}; compiled not judged")
-    tolerances = Tolerances.of(exp)
-    main = references[0]
-    later = first
-    for _ in range(replays):
-        later = checked_call(run, compiled_side, main.inputs, exp.seed, mutated)
-    judged = [compare(first, main.eager, main.fp64, tolerances), compare(later, main.eager, main.fp64, tolerances)]
-    for ref in references[1:]:
-        observed = checked_call(run, compiled_side, ref.inputs, exp.seed, mutated)
-        judged.append(compare(observed, ref.eager, ref.fp64, tolerances))
-    verdict = combine(judged)
-    verdict.check.eager_deterministic = True
-    fp64_note = next((r.fp64_note for r in references if r.fp64_note), None)
-    if fp64_note is not None and verdict.note is None:
-        verdict.note = f"{fp64_note}: judged by cosine similarity"
-    return verdict
-
-
-def checked_inputs(run: PhaseRun, inputs: tuple[Any, ...], seed: int) -> tuple[Any, ...]:
-    """Before a checked call: the saved training state back, the RNG reseeded, fresh input copies."""
-    run.restore()
-    torch.manual_seed(seed)
-    random.seed(seed)
-    return copy_inputs(inputs)
-
-
-def checked_call(
-    run: PhaseRun, side: Callable[..., Any], inputs: tuple[Any, ...], seed: int, mutated: bool
-) -> Observed:
-    inputs = checked_inputs(run, inputs, seed)
-    return run.observe(side(*inputs), inputs, mutated)
-
-
-def float64_inputs(inputs: tuple[Any, ...]) -> tuple[Any, ...]:
-    """Floating input tensors as float64 copies (gradient requirement kept); others copied."""
-
-    def widen(t: torch.Tensor) -> torch.Tensor:
-        if not t.is_floating_point():
-            return t.clone()
-        return t.detach().to(torch.float64).requires_grad_(t.requires_grad)
-
-    return tuple(pytree.tree_map_only(torch.Tensor, widen, inputs))
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no message"

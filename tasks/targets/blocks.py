@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tasks.targets import register
+from tasks.targets.registry import register
 
 if TYPE_CHECKING:
     import torch

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tasks.targets import InputCycle, dtype_of, register
+from tasks.targets.registry import dtype_of, register
+from tasks.targets.workload import InputCycle
 
 if TYPE_CHECKING:
     import torch

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tasks.targets import Workload, register
+from tasks.targets.registry import register
+from tasks.targets.workload import Workload
 
 if TYPE_CHECKING:
     import torch

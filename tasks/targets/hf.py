@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tasks.targets import TargetError, Workload, register
+from tasks.targets.registry import TargetError, register
+from tasks.targets.workload import Workload
 
 if TYPE_CHECKING:
     import torch

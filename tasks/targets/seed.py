@@ -11,7 +11,7 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tasks.targets import dtype_of, register
+from tasks.targets.registry import dtype_of, register
 
 if TYPE_CHECKING:
     import torch

@@ -13,7 +13,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.report.models import Report, group_label
-from orchestrator.report.render import Rows, first_line, headline, results_rows, views
+from orchestrator.report.render import Rows, cache_text, first_line, headline, results_rows, views
 from orchestrator.report.summary import device_model, valid_timing
 from tasks.models import Result
 
@@ -165,7 +165,8 @@ def speedup_figures(report: Report) -> list[go.Figure]:
 
 
 def compile_figure(report: Report) -> go.Figure:
-    """Compile latency (first compiled call) per configuration, cold and warm caches as separate boxes."""
+    """Compile latency (first compiled call) per configuration, cold and warm caches as separate boxes;
+    each point says how the caches served it (``warm: hit``, ``cold: miss``)."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
@@ -179,7 +180,7 @@ def compile_figure(report: Report) -> go.Figure:
                 name=f"{cache} cache",
                 x=[r.config_label.removesuffix("+cold") for r in rs],
                 y=[r.compile_latency_s for r in rs],
-                text=[_group_of(r) for r in rs],
+                text=[f"{_group_of(r)} ({cache_text(r)})" for r in rs],
                 boxpoints="all",
                 jitter=0.3,
                 pointpos=0,

@@ -12,12 +12,21 @@ from pathlib import Path
 from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
 from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.paths import check_out
+from orchestrator.policy import DEFAULT_START_TIMEOUT_S
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
-from tasks.models import Experiment, Result
+from tasks.models import Experiment, Result, WorkerLimits
 
-__all__ = ["DEFAULT_PENDING_TIMEOUT_S", "JournalError", "RunInterrupted", "RunPlan", "run"]
+__all__ = [
+    "DEFAULT_PENDING_TIMEOUT_S",
+    "DEFAULT_START_TIMEOUT_S",
+    "JournalError",
+    "RunInterrupted",
+    "RunPlan",
+    "WorkerLimits",
+    "run",
+]
 
 DEFAULT_PENDING_TIMEOUT_S = 900.0  # joining an address: how long a reservation may wait for a node (autoscaling)
 
@@ -52,6 +61,8 @@ def run(
     resume: bool = False,
     overwrite: bool = False,
     pending_timeout_s: float | None = None,
+    worker_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    worker_limits: WorkerLimits | None = None,
     working_dir: str | Path | None = None,
     on_start: Callable[[RunPlan], None] | None = None,
     on_result: OnResult | None = None,
@@ -66,7 +77,12 @@ def run(
 
     ``pending_timeout_s``: how long an experiment no current node can hold waits for one to
     join (an autoscaling cluster); default ``DEFAULT_PENDING_TIMEOUT_S`` with an ``address``,
-    0 for a local instance. ``working_dir`` is shipped to the cluster for user targets;
+    0 for a local instance. ``worker_start_timeout_s``: how long Ray may take to place and
+    start a worker; past it the start has failed, and after three failed starts in a row a
+    shape's experiments wait for a node that fits as above (recorded ``unschedulable`` at
+    once on a local instance). ``worker_limits``: when workers are replaced by fresh
+    processes (``WorkerLimits``; an experiment's own ``worker`` limits win; default: every
+    field's default). ``working_dir`` is shipped to the cluster for user targets;
     default: the current directory when an ``address`` is given and the spec names a target
     by import path (unless a submitted job already ships one).
 
@@ -83,7 +99,15 @@ def run(
         pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0
         try:
             with sigterm_as_interrupt():
-                run_experiments(plan.todo, cluster, journal=journal, on_result=on_result, pending_timeout_s=pending)
+                run_experiments(
+                    plan.todo,
+                    cluster,
+                    journal=journal,
+                    on_result=on_result,
+                    pending_timeout_s=pending,
+                    start_timeout_s=worker_start_timeout_s,
+                    worker_limits=worker_limits,
+                )
         except KeyboardInterrupt:
             raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out)) from None
         return write(plan.spec, read_journal(journal.path), cluster, out)

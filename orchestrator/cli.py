@@ -62,6 +62,30 @@ def run(
         float,
         typer.Option(min=0, help="With --address: seconds an experiment waits for a node that can hold it to join."),
     ] = 900.0,
+    worker_start_timeout: Annotated[
+        float,
+        typer.Option(
+            min=1,
+            help="Seconds Ray may take to place and start a worker; three failed starts in a row and its "
+            "experiments wait for a node that fits (unschedulable at once without --address).",
+        ),
+    ] = 600.0,
+    worker_max_experiments: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Experiments a worker runs in its process before a fresh one replaces it (default 200; an "
+            "experiment's own worker.max_experiments wins).",
+        ),
+    ] = None,
+    worker_max_rss_growth_mb: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help="MiB of resident memory a worker may gain before a fresh one replaces it (default 4096; an "
+            "experiment's own worker.max_rss_growth_mb wins).",
+        ),
+    ] = None,
     working_dir: Annotated[
         Path | None,
         typer.Option(
@@ -116,6 +140,10 @@ def run(
             resume=resume,
             overwrite=overwrite,
             pending_timeout_s=pending_timeout if address else 0.0,
+            worker_start_timeout_s=worker_start_timeout,
+            worker_limits=api.WorkerLimits(
+                max_experiments=worker_max_experiments, max_rss_growth_mb=worker_max_rss_growth_mb
+            ),
             working_dir=working_dir,
         )
     except api.JournalError as e:

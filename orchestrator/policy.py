@@ -11,17 +11,29 @@ capacity). Tests drive it with made-up nodes and events.
 - **Placement** fills the nodes: while experiments of a shape wait, start workers of that shape
   wherever one fits in what our workers leave free. An idle worker that no waiting experiment
   can use is retired when another shape needs its room (GPU workers make way for CPU ones).
+- **Recycling.** A worker that returns its result with a reason to retire (it ran
+  ``max_experiments``, its memory grew past its limit, or its reset raised: see
+  ``tasks.hygiene.Worker``) is replaced; the result stands as the worker made it.
 - **Faults.** A worker that dies mid-experiment (segfault, ``os._exit``, SIGKILL, the kernel's
-  OOM killer, its node lost) sends the experiment back to the front of the queue, up to
-  ``retries`` times, then records it ``crashed``; each try counts in ``attempts``. An experiment
-  past ``timeout_s`` (counted from its dispatch to an idle, ready worker) is recorded ``timeout``
+  OOM killer) sends the experiment back to the front of the queue, up to ``retries`` times,
+  then records it ``crashed``; each try counts in ``attempts``. An experiment past
+  ``timeout_s`` (counted from its dispatch to an idle, ready worker) is recorded ``timeout``
   and its worker replaced; never retried. Ray's memory monitor killing the worker (host memory
   exhausted) is recorded ``oom``, not retried: the next try would exhaust it again.
   Exceptions raised by the target are results of the worker, not faults.
+- **Lost nodes** are not the experiment's fault: an experiment whose worker died with its node
+  goes back to the front of the queue without spending a retry (``attempts`` counts the try,
+  ``lost_nodes`` says it was lost; past ``MAX_NODE_LOSSES`` a loss is charged as a death), and
+  the node takes no new worker until Ray has stopped listing it as alive: until then Ray may
+  still show a dying node alive, and a retry placed there would die with it.
+- **Starting.** A worker not ready ``start_timeout_s`` after it was asked for (Ray could not
+  place it: the resources it holds for life are held by someone else, or never free) is
+  killed and counts as a failed start; ``MAX_START_FAILURES`` failed starts in a row of one
+  shape on a node, and that node takes no more workers of that shape.
 - **Unschedulable**: an experiment that no node could hold even empty (too many GPUs or cores,
-  a GPU model no node has, or only nodes where workers repeatedly failed to start) waits up to
-  ``pending_timeout_s`` for a node that fits to join (0: recorded at once), then is recorded
-  ``unschedulable``.
+  a GPU model no node has, or only nodes where workers of its shape repeatedly failed to
+  start) waits up to ``pending_timeout_s`` for a node that fits to join (0: recorded at once),
+  then is recorded ``unschedulable``.
 """
 
 from __future__ import annotations
@@ -32,10 +44,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.report.models import Node
+from orchestrator.nodes import Node
 from tasks.models import ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo, result_identity
 
-MAX_START_FAILURES = 3  # consecutive worker start failures after which a node is no longer used
+MAX_START_FAILURES = 3  # consecutive failed starts of one shape on a node, after which it takes none of that shape
+MAX_NODE_LOSSES = 3  # node losses an experiment may see free of charge; past them each spends a retry
+DEFAULT_START_TIMEOUT_S = 600.0  # a worker Ray has not placed and started by then counts as a failed start
 MODEL_RESOURCE_SHARE = 0.001  # what a task asks of a node's ``accelerator_type:<MODEL>`` resource (Ray's convention)
 
 
@@ -66,6 +80,13 @@ class Shape:
     def cores_on(self, node: Node) -> int:
         """The cores such a worker claims and pins to (at least one)."""
         return max(1, int(self.cpus_on(node)))
+
+    def describe_on(self, node: Node) -> str:
+        """What a worker of this shape asks Ray for on ``node``, in words: ``1 GPU and 4 CPUs``."""
+        cpus = self.cpus_on(node)
+        held = [f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"] if self.gpus else []
+        held.append(f"{cpus:g} CPU{'s' if cpus != 1 else ''}")
+        return " and ".join(held)
 
     def fits(self, node: Node) -> bool:
         """Whether an empty ``node`` can hold a worker of this shape."""
@@ -115,6 +136,7 @@ class Entry:
     exp: Experiment
     shape: Shape | None = None  # None until ``device: auto`` can be decided
     attempts: int = 0  # dispatches so far
+    lost_nodes: int = 0  # dispatches that ended with the loss of the worker's node
     state: Literal["pending", "running", "done"] = "pending"
 
     @property
@@ -134,8 +156,11 @@ class WorkerView:
     cores: int  # claimed and pinned by each experiment it runs
     state: Literal["starting", "idle", "busy"] = "starting"
     entry: Entry | None = None
-    deadline: float | None = None
+    deadline: float | None = None  # the running experiment's timeout
+    start_deadline: float | None = None  # while starting: when it counts as a failed start
     started_at: float | None = None
+    experiments: int = 0  # dispatched to run in its own process (``compile.cache: cold`` ones run in a fresh one)
+    experiments_before: int = 0  # what ``experiments`` was when the running experiment was dispatched
     hostname: str | None = None
     pid: int | None = None
     gpu_ids: list[str] = field(default_factory=list)
@@ -238,15 +263,23 @@ class Queue:
 class Scheduler:
     """The state of one sweep and the decisions about it. See the module docstring."""
 
-    def __init__(self, experiments: Sequence[Experiment], *, pending_timeout_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        experiments: Sequence[Experiment],
+        *,
+        pending_timeout_s: float = 0.0,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    ) -> None:
         self.queue = Queue(experiments)
         self.pending_timeout_s = pending_timeout_s
-        self.nodes: dict[str, Node] = {}
+        self.start_timeout_s = start_timeout_s
+        self.nodes: dict[str, Node] = {}  # alive, and not lost under one of our workers
+        self.lost: dict[str, Node] = {}  # nodes lost under a worker that Ray still listed as alive when last asked
         self.workers: dict[int, WorkerView] = {}
         self._next_worker = 0
         self._unfit_since: dict[Need | None, float] = {}
-        self._start_failures: Counter[str] = Counter()  # consecutive, per node
-        self.broken: dict[str, str] = {}  # node id -> why its workers could not start
+        self._start_failures: Counter[tuple[str, Shape]] = Counter()  # consecutive, per node and shape
+        self.broken: dict[tuple[str, Shape], str] = {}  # (node id, shape) -> why its workers could not start
 
     @property
     def done(self) -> bool:
@@ -256,8 +289,11 @@ class Scheduler:
 
     def observe_nodes(self, nodes: Iterable[Node]) -> None:
         """The cluster's alive nodes now. A node that left takes its workers with it: the pool
-        reports their deaths, which decide what happens to their experiments."""
-        self.nodes = {n.node_id: n for n in nodes}
+        reports their deaths, which decide what happens to their experiments. A node lost under
+        a worker stays out while Ray still lists it; once Ray has not, it is trusted again."""
+        listed = {n.node_id: n for n in nodes}
+        self.lost = {node_id: n for node_id, n in listed.items() if node_id in self.lost}
+        self.nodes = {node_id: n for node_id, n in listed.items() if node_id not in self.lost}
         if self.queue.unresolved:
             self.queue.resolve(self._gpus_seen())
 
@@ -266,25 +302,39 @@ class Scheduler:
         if worker is None:
             return
         worker.state, worker.hostname, worker.pid, worker.gpu_ids = "idle", hostname, pid, list(gpu_ids)
-        self._start_failures[worker.node.node_id] = 0
+        worker.start_deadline = None
+        self._start_failures[(worker.node.node_id, worker.shape)] = 0
 
-    def finished(self, worker_id: int, result: Result) -> Result:
-        """The worker returned a result (any status: a failing target is a result)."""
+    def finished(self, worker_id: int, result: Result, *, retire: str | None = None) -> Result:
+        """The worker returned a result (any status: a failing target is a result). With
+        ``retire`` (why), the worker is forgotten here: the runner kills it, and a fresh one
+        starts for the experiments still waiting."""
         worker = self.workers[worker_id]
         entry = worker.entry
         assert entry is not None
         self._free(worker)
+        if retire is not None:
+            del self.workers[worker_id]
         self.queue.done(entry)
         result.attempts = entry.attempts
+        result.lost_nodes = entry.lost_nodes
         result.requested = entry.exp.resources
         result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
         return result
 
     def died(
-        self, worker_id: int, error: ErrorInfo, now: float, *, oom: bool = False, alive: bool = False
+        self,
+        worker_id: int,
+        error: ErrorInfo,
+        now: float,
+        *,
+        oom: bool = False,
+        alive: bool = False,
+        node_lost: bool = False,
     ) -> Result | None:
         """The worker's process (or, with ``alive``, the fresh process it ran the experiment in)
-        died. The experiment is retried, or its final result returned."""
+        died; with ``node_lost``, because its node was lost. The experiment is retried, or its
+        final result returned."""
         worker = self.workers.get(worker_id)
         if worker is None:
             return None
@@ -293,21 +343,33 @@ class Scheduler:
             self._free(worker)
         else:
             del self.workers[worker_id]
-            if worker.state == "starting":
+            if node_lost:
+                self._lose(worker.node.node_id)
+            elif worker.state == "starting":
                 self._start_failed(worker, error)
         if entry is None:
             return None
         if oom:
             return self._final(entry, "oom", error, worker, now, started_at)
-        if entry.attempts <= entry.exp.retries:
+        if node_lost and not alive:
+            entry.lost_nodes += 1
+        if entry.attempts - min(entry.lost_nodes, MAX_NODE_LOSSES) <= entry.exp.retries:
             self.queue.requeue(entry)
             return None
         return self._final(entry, "crashed", error, worker, now, started_at)
 
-    def expired(self, now: float) -> list[tuple[int, Result]]:
-        """Workers whose experiment passed its deadline, with the experiment's ``timeout`` result.
-        The runner kills them; they are forgotten here (a replacement starts if needed)."""
-        out = []
+    def expired(self, now: float) -> list[tuple[int, Result | None]]:
+        """Workers past a deadline, for the runner to kill; they are forgotten here (a
+        replacement starts if needed). A running experiment past its ``timeout_s`` comes with
+        its ``timeout`` result; a worker not started by its start deadline, with None (a failed
+        start)."""
+        out: list[tuple[int, Result | None]] = []
+        for worker in [w for w in self.workers.values() if w.start_deadline is not None and now >= w.start_deadline]:
+            del self.workers[worker.id]
+            placed = f"{worker.shape.describe_on(worker.node)} on node {worker.node.node_id[:8]}"
+            message = f"Ray did not place and start a worker holding {placed} within {self.start_timeout_s:g} s"
+            self._start_failed(worker, ErrorInfo(type="WorkerStartTimeout", message=message))
+            out.append((worker.id, None))
         for worker in [w for w in self.workers.values() if w.deadline is not None and now >= w.deadline]:
             entry = worker.entry
             assert entry is not None
@@ -318,7 +380,9 @@ class Scheduler:
         return out
 
     def next_deadline(self) -> float | None:
-        return min((w.deadline for w in self.workers.values() if w.deadline is not None), default=None)
+        """The earliest deadline of a running experiment or a starting worker."""
+        deadlines = [d for w in self.workers.values() for d in (w.deadline, w.start_deadline) if d is not None]
+        return min(deadlines, default=None)
 
     # -- what to do next -----------------------------------------------------------------
 
@@ -328,9 +392,9 @@ class Scheduler:
         self._dispatch(plan, now)
         self._unschedulable(plan, now)
         demand = self.queue.demand()
-        unplaced = self._start(plan, demand)
+        unplaced = self._start(plan, demand, now)
         if unplaced and self._retire(plan, unplaced, demand):
-            unplaced = self._start(plan, demand)  # starting workers, new ones included, are subtracted again
+            unplaced = self._start(plan, demand, now)  # starting workers, new ones included, are subtracted again
         if self.pending_timeout_s > 0:
             plan.bundles = self._bundles(unplaced)
         return plan
@@ -345,6 +409,8 @@ class Scheduler:
             entry.state, entry.attempts = "running", entry.attempts + 1
             worker.state, worker.entry, worker.started_at = "busy", entry, now
             worker.deadline = now + entry.exp.timeout_s
+            worker.experiments_before = 0 if entry.exp.compile.cache == "cold" else worker.experiments
+            worker.experiments += entry.exp.compile.cache != "cold"
             plan.dispatch.append(Dispatch(worker.id, entry.exp))
 
     def _unschedulable(self, plan: Plan, now: float) -> None:
@@ -369,18 +435,21 @@ class Scheduler:
 
     def _why_unfit(self, need: Need | None) -> str | None:
         """Why no usable node could hold ``need`` even empty, or None if one could."""
-        nodes = [n for n in self.nodes.values() if n.node_id not in self.broken]
         if need is None:
             return None if self._gpus_seen() is not None else "no node with CPUs or GPUs has joined the cluster"
         shape, model = need
+        nodes = [n for n in self.nodes.values() if (n.node_id, shape) not in self.broken]
+        nodes += self.lost.values()  # not usable now, but not judged before Ray has let them go
         if any(shape.fits(n) and (model is None or node_model(n) == model) for n in nodes):
             return None
         if model is not None and not any(node_model(n) == model for n in self.nodes.values()):
             models = sorted({m for n in self.nodes.values() for m in n.gpu_models})
             return f"needs a {model!r} GPU; the cluster's GPU models are {', '.join(models) or 'none'}"
-        if any(shape.fits(n) and (model is None or node_model(n) == model) for n in self.nodes.values()):
-            reasons = "; ".join(f"node {node_id[:8]}: {why}" for node_id, why in self.broken.items())
-            return f"workers could not start on the nodes that fit ({reasons})"
+        fitting = [n for n in self.nodes.values() if shape.fits(n) and (model is None or node_model(n) == model)]
+        if fitting:
+            reasons = "; ".join(f"node {n.node_id[:8]}: {self.broken[(n.node_id, shape)]}" for n in fitting)
+            held = " or ".join(dict.fromkeys(shape.describe_on(n) for n in fitting))
+            return f"workers holding {held} could not start on the nodes that fit ({reasons})"
         candidates = [n for n in self.nodes.values() if model is None or node_model(n) == model]
         most_gpus = max((n.gpus for n in candidates), default=0)
         if shape.gpus > most_gpus:
@@ -388,7 +457,7 @@ class Scheduler:
         most_cpus = max((n.cpus for n in candidates if n.gpus >= shape.gpus), default=0)
         return f"needs {shape.cpus or 1} CPU(s) on one node; the largest node has {most_cpus}"
 
-    def _start(self, plan: Plan, demand: dict[Need, int]) -> dict[Need, int]:
+    def _start(self, plan: Plan, demand: dict[Need, int], now: float) -> dict[Need, int]:
         """Start workers for the waiting experiments that starting workers will not take, where
         they fit; what could not be placed is returned."""
         unplaced: dict[Need, int] = {}
@@ -400,7 +469,7 @@ class Scheduler:
                 if node is None:
                     unplaced[need] = count
                     break
-                worker = self._new_worker(node, shape)
+                worker = self._new_worker(node, shape, now)
                 free[node.node_id] = (free[node.node_id][0] - shape.gpus, free[node.node_id][1] - worker.cpus)
                 plan.start.append(
                     Start(worker.id, node.node_id, shape.gpus, worker.cpus, worker.cores, worker.device_model)
@@ -427,7 +496,7 @@ class Scheduler:
         """The usable node with the most room where a worker of ``shape`` fits now."""
         best = None
         for node in self.nodes.values():
-            if node.node_id in self.broken or (model is not None and node_model(node) != model):
+            if (node.node_id, shape) in self.broken or (model is not None and node_model(node) != model):
                 continue
             if not shape.fits(node):
                 continue
@@ -479,8 +548,9 @@ class Scheduler:
                 free[w.node.node_id] = (gpus - w.shape.gpus, cpus - w.cpus)
         return free
 
-    def _new_worker(self, node: Node, shape: Shape) -> WorkerView:
+    def _new_worker(self, node: Node, shape: Shape, now: float) -> WorkerView:
         worker = WorkerView(self._next_worker, node, shape, cpus=shape.cpus_on(node), cores=shape.cores_on(node))
+        worker.start_deadline = now + self.start_timeout_s
         self.workers[worker.id] = worker
         self._next_worker += 1
         return worker
@@ -489,10 +559,17 @@ class Scheduler:
         worker.state, worker.entry, worker.deadline, worker.started_at = "idle", None, None, None
 
     def _start_failed(self, worker: WorkerView, error: ErrorInfo) -> None:
-        node_id = worker.node.node_id
-        self._start_failures[node_id] += 1
-        if self._start_failures[node_id] >= MAX_START_FAILURES and node_id in self.nodes:
-            self.broken[node_id] = f"{error.type}: {error.message.splitlines()[0] if error.message else ''}"
+        key = (worker.node.node_id, worker.shape)
+        self._start_failures[key] += 1
+        if self._start_failures[key] >= MAX_START_FAILURES and key[0] in self.nodes:
+            why = f"{error.type}: {error.message.splitlines()[0] if error.message else ''}"
+            self.broken[key] = f"{why} ({self._start_failures[key]} failed starts in a row)"
+
+    def _lose(self, node_id: str) -> None:
+        """A node was lost under one of our workers: no new worker there until Ray stops listing it."""
+        node = self.nodes.pop(node_id, None)
+        if node is not None:
+            self.lost[node_id] = node
 
     def _final(
         self,
@@ -510,6 +587,7 @@ class Scheduler:
             entry.exp, status, error, started_at=now if started is None else started, finished_at=now
         )
         result.attempts = entry.attempts
+        result.lost_nodes = entry.lost_nodes
         result.requested = entry.exp.resources
         if worker is not None:
             result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
@@ -521,6 +599,7 @@ class Scheduler:
                     gpu_ids=worker.gpu_ids,
                     threads=worker.cores,
                     gpu_model=worker.device_model,
+                    experiments_before=worker.experiments_before,
                 )
         return result
 

@@ -11,9 +11,12 @@ to the runner as plain events: ``Ready``, ``Finished``, ``Died``.
 How a death shows up: an actor whose process died (segfault, ``os._exit``, SIGKILL, the kernel's
 OOM killer) or whose node was lost fails its pending call with an ``ActorDiedError`` (a node
 that vanishes before its actor starts: ``ActorUnschedulableError``); one killed by Ray's memory
-monitor fails it with ``ray.exceptions.OutOfMemoryError`` (``Died.oom``). An exception raised by
-the worker's own code (not the target's: the procedure never raises) is treated as a death too,
-and the actor is killed: its state cannot be trusted.
+monitor fails it with ``ray.exceptions.OutOfMemoryError`` (``Died.oom``). A death is a node loss
+(``Died.node_lost``) when Ray's message says the node died, was terminated or preempted, or
+when Ray no longer lists the actor's node as alive. An exception raised by the worker's own
+code (not the target's: the procedure never raises) is treated as a death too, and the actor
+is killed: its state cannot be trusted. A result that comes back with ``RETIRE`` beside it is
+a result (``Finished.retire``): the runner records it, then kills the worker.
 """
 
 from __future__ import annotations
@@ -29,10 +32,18 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.cluster import describe
+from orchestrator.nodes import Node
 from orchestrator.policy import Start
-from orchestrator.report.models import Node
-from tasks.hygiene import DIED  # what a worker returns when the experiment's own process died
-from tasks.models import ErrorInfo
+from tasks.hygiene import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
+from tasks.models import ErrorInfo, WorkerLimits
+
+# What Ray's errors say when an actor or task died with its node (Ray 2.60's GCS and core worker messages).
+NODE_LOST_SIGNS = (
+    "its node has died",
+    "the actor's node was",  # ... terminated, preempted
+    "node it was running on is dead",
+    "NodeAffinitySchedulingStrategy doesn't exist",  # the node left before the actor was placed
+)
 
 
 class Runs(Protocol):
@@ -40,7 +51,7 @@ class Runs(Protocol):
 
 
 # What a worker runs experiments with: built once per actor from its placement (``node_id``,
-# ``gpu_ids``, ``cpus``, ``gpu_model``). The default is ``tasks.hygiene.Worker`` (the benchmark
+# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``). The default is ``tasks.hygiene.Worker`` (the benchmark
 # procedure, reset between experiments); tests of the scheduler itself inject a stub that needs
 # no torch.
 Executor = Callable[[dict[str, Any]], Runs]
@@ -56,13 +67,16 @@ def _default_executor(placement: dict[str, Any]) -> Runs:
 class WorkerActor:
     """One long-lived worker: runs the experiments it is sent, one at a time."""
 
-    def __init__(self, cores: int, gpu_model: str | None, executor: Executor | None) -> None:
+    def __init__(
+        self, cores: int, gpu_model: str | None, executor: Executor | None, limits: dict[str, Any] | None = None
+    ) -> None:
         ctx = ray.get_runtime_context()
         self.placement = {
             "node_id": ctx.get_node_id(),
             "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
             "cpus": cores,
             "gpu_model": gpu_model,
+            "limits": limits or {},
         }
         self.worker = (executor or _default_executor)(self.placement)
 
@@ -85,6 +99,7 @@ class Ready:
 class Finished:
     worker_id: int
     result: dict[str, Any]  # a Result as plain data
+    retire: str | None = None  # why the worker must be replaced after this result (it stands)
 
 
 @dataclass(frozen=True)
@@ -93,15 +108,18 @@ class Died:
     error: ErrorInfo
     oom: bool = False  # killed by Ray's memory monitor
     alive: bool = False  # only the experiment's own process died; the worker lives on
+    node_lost: bool = False  # it died with its node
 
 
 Event = Ready | Finished | Died
 
 
 class Pool:
-    def __init__(self, executor: Executor | None = None) -> None:
+    def __init__(self, executor: Executor | None = None, limits: WorkerLimits | None = None) -> None:
         self.executor = executor
+        self.limits = (limits or WorkerLimits()).model_dump(exclude_none=True)  # the run's; each worker gets them
         self.actors: dict[int, Any] = {}  # worker id -> actor handle
+        self.node_of: dict[int, str] = {}  # worker id -> the node it was started on
         self.calls: dict[ray.ObjectRef, tuple[int, str]] = {}  # pending call -> (worker id, method)
 
     def nodes(self) -> list[Node]:
@@ -113,8 +131,9 @@ class Pool:
             num_gpus=start.gpus,
             num_cpus=start.cpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(start.node_id, soft=False),
-        ).remote(start.cores, start.gpu_model, self.executor)
+        ).remote(start.cores, start.gpu_model, self.executor, self.limits)
         self.actors[start.worker_id] = actor
+        self.node_of[start.worker_id] = start.node_id
         self.calls[actor.ready.remote()] = (start.worker_id, "ready")
 
     def submit(self, worker_id: int, payload: dict[str, Any]) -> None:
@@ -139,17 +158,30 @@ class Pool:
             self.kill(worker_id)
             return Died(worker_id, ErrorInfo.from_exception(e), oom=True)
         except Exception as e:  # the actor died, its node was lost, or the worker's own code raised
+            node_id = self.node_of.get(worker_id)
             self.kill(worker_id)
-            return Died(worker_id, ErrorInfo.from_exception(e))
+            lost = not isinstance(e, ray.exceptions.RayTaskError) and self._node_lost(e, node_id)
+            return Died(worker_id, ErrorInfo.from_exception(e), node_lost=lost)
         if method == "ready":
             return Ready(worker_id, value["hostname"], value["pid"], value["gpu_ids"])
         if DIED in value:
             return Died(worker_id, ErrorInfo.model_validate(value[DIED]), alive=True)
-        return Finished(worker_id, value)
+        retire = value.pop(RETIRE, None)
+        return Finished(worker_id, value, retire=retire)
+
+    @staticmethod
+    def _node_lost(error: Exception, node_id: str | None) -> bool:
+        """Whether a worker died with its node: Ray says so, or no longer lists the node as alive."""
+        if getattr(error, "preempted", False) or any(sign in str(error) for sign in NODE_LOST_SIGNS):
+            return True
+        if node_id is None:
+            return False
+        return not any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
 
     def kill(self, worker_id: int) -> None:
         """Kill a worker now (its process and any fresh process it started), forgetting its calls."""
         actor = self._forget(worker_id)
+        self.node_of.pop(worker_id, None)
         if actor is not None:
             ray.kill(actor, no_restart=True)
 

@@ -5,7 +5,8 @@ The loop: look at the cluster's nodes (every ``NODE_POLL_S``: nodes join and lea
 policy for a plan and carry it out (retire and start workers, dispatch experiments, record
 results that need no worker), wait for what comes back until the next deadline, tell the
 policy, record every final result once (journal first, then ``on_result``), kill the workers
-whose experiment passed its deadline. On a local instance (``pending_timeout_s=0``) an
+whose experiment passed its deadline, the workers not started by theirs, and the workers that
+asked to retire with their result. On a local instance (``pending_timeout_s=0``) an
 experiment no node can hold is recorded at once; against a cluster that scales, the policy
 waits for a node that fits and the autoscaler is asked for the capacity still wanted.
 """
@@ -17,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 from orchestrator.cluster import ClusterInfo
 from orchestrator.journal import Journal
-from orchestrator.policy import Scheduler
+from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Scheduler
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
-from tasks.models import Experiment, Result
+from tasks.models import Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
 NODE_POLL_S = 1.0  # how often the cluster's nodes are listed (one call to Ray's GCS)
@@ -32,6 +33,8 @@ def run_experiments(
     on_result: OnResult | None = None,
     *,
     pending_timeout_s: float = 0.0,
+    start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+    worker_limits: WorkerLimits | None = None,
     executor: Executor | None = None,
 ) -> list[Result]:
     """Run every experiment on long-lived workers; results in spec order, each recorded once.
@@ -39,12 +42,15 @@ def run_experiments(
     ``cluster`` is the cluster joined (``orchestrator.cluster.connect``); its nodes are the
     first view of it, listed again as the sweep runs. ``pending_timeout_s`` is how long an
     experiment that no node can hold waits for one to join before it is recorded
-    ``unschedulable`` (0: at once). ``executor`` replaces what the workers run (tests of the
+    ``unschedulable`` (0: at once). ``start_timeout_s`` is how long a worker may take to be
+    placed and started before it counts as a failed start (``orchestrator.policy``).
+    ``worker_limits`` are the run's limits for recycling workers (an experiment's own
+    ``worker`` limits win). ``executor`` replaces what the workers run (tests of the
     scheduler; see ``orchestrator.pool.Executor``). On KeyboardInterrupt the workers are killed
     and the interrupt goes on; what was recorded before it stays recorded.
     """
-    scheduler = Scheduler(experiments, pending_timeout_s=pending_timeout_s)
-    pool = Pool(executor)
+    scheduler = Scheduler(experiments, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s)
+    pool = Pool(executor, worker_limits)
     results: dict[str, Result] = {}
     requested: list[dict[str, float]] = []
 
@@ -83,16 +89,27 @@ def run_experiments(
                 if isinstance(event, Ready):
                     scheduler.worker_ready(event.worker_id, event.hostname, event.pid, event.gpu_ids)
                 elif isinstance(event, Finished):
-                    record(scheduler.finished(event.worker_id, Result.model_validate(event.result)))
+                    result = Result.model_validate(event.result)
+                    record(scheduler.finished(event.worker_id, result, retire=event.retire))
+                    if event.retire is not None:
+                        pool.kill(event.worker_id)
                 elif isinstance(event, Died):
-                    final = scheduler.died(event.worker_id, event.error, time.time(), oom=event.oom, alive=event.alive)
+                    final = scheduler.died(
+                        event.worker_id,
+                        event.error,
+                        time.time(),
+                        oom=event.oom,
+                        alive=event.alive,
+                        node_lost=event.node_lost,
+                    )
                     if final is not None:
                         record(final)
                     if not event.alive:
                         next_poll = 0.0  # a node may have gone: look now
-            for worker_id, result in scheduler.expired(time.time()):
+            for worker_id, expired in scheduler.expired(time.time()):
                 pool.kill(worker_id)
-                record(result)
+                if expired is not None:
+                    record(expired)
     finally:
         pool.shutdown()
         if requested:

@@ -21,7 +21,12 @@ the environment (``CUDA_VISIBLE_DEVICES`` included: the same GPU), the working d
 ``sys.path``, and is killed with its parent (``PR_SET_PDEATHSIG``), so that a worker killed
 for a timeout takes it along. A death of that process is reported as a death (``DIED``), the
 worker itself lives on. ``measurement.fresh_process`` stays true only for the first
-experiment of a process.
+experiment of a process; ``worker.experiments_before`` says how many ran before.
+
+What a reset cannot give back (generated modules kept in ``sys.modules``, allocator arenas,
+cuDNN's autotuner cache) is bounded by replacing the worker: after ``max_experiments``, after
+its resident memory grew past ``max_rss_growth_mb``, or after a reset that raised (see
+``Worker`` and ``tasks.models.WorkerLimits``).
 
 Nothing here knows about Ray; ``orchestrator.pool`` wraps a ``Worker`` in a Ray actor.
 """
@@ -38,12 +43,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 DIED = "died"  # key of what ``Worker.run`` returns when the experiment's process died: {DIED: ErrorInfo as dict}
+RETIRE = "retire"  # key beside a result when the worker must be replaced after it: {..., RETIRE: why}
 PR_SET_PDEATHSIG = 1  # prctl option, from linux/prctl.h
 
 
@@ -164,13 +171,32 @@ def reset(baseline: Baseline) -> None:
         torch.cuda.reset_accumulated_memory_stats()
 
 
+def resident_mb() -> float | None:
+    """This process's resident memory in MiB (``VmRSS`` of /proc/self/status); None where there is none."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024  # the kernel counts in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 class Worker:
     """Runs experiments (as plain JSON data) one after another in this process.
 
     ``placement`` is what the scheduler gave the worker for life: ``node_id``, ``gpu_ids``,
-    ``cpus`` (cores each experiment claims) and ``gpu_model`` (the node's accelerator type).
-    Start-up imports what every experiment needs, so that an experiment's clock (its
-    timeout) starts on a warm worker.
+    ``cpus`` (cores each experiment claims), ``gpu_model`` (the node's accelerator type) and
+    ``limits`` (the run's ``WorkerLimits`` as plain data; an experiment's own ``worker``
+    limits win over them). Start-up imports what every experiment needs, so that an
+    experiment's clock (its timeout) starts on a warm worker.
+
+    After each experiment run in this process, the worker resets the process, then asks to be
+    replaced (``RETIRE`` beside the result, which stands) when it has run ``max_experiments``,
+    when its resident memory has grown more than ``max_rss_growth_mb`` since it started, or
+    when the reset raised (a sticky CUDA error raises in its ``synchronize``): a process whose
+    reset failed cannot be trusted with the next experiment.
     """
 
     def __init__(self, placement: dict[str, Any]) -> None:
@@ -181,19 +207,54 @@ class Worker:
         import torch._inductor.config  # noqa: F401
 
         import tasks.procedure  # noqa: F401
+        from tasks.models import WorkerLimits
 
         self.placement = placement
+        self.limits = WorkerLimits.model_validate(placement.get("limits") or {})
         self.baseline = Baseline()
+        self.experiments = 0  # run in this process (not those sent to a fresh one)
+        self.last_reset_s: float | None = None
         gc.collect()
         gc.freeze()  # what exists now lives as long as the worker: keep it out of later collections
+        self.started_mb = resident_mb()
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         if payload.get("compile", {}).get("cache") == "cold":
             return run_in_fresh_process(payload, self.placement)
+        self.experiments += 1
+        result = run_payload(payload, self.placement)  # never raises; if it did, the pool would replace the worker
+        why = self._reset() or self._over_limits(payload.get("worker") or {})
+        if why is not None:
+            result[RETIRE] = why
+        return result
+
+    def _reset(self) -> str | None:
+        """Reset the process (``reset``); why the worker must go if that raised."""
+        started = time.perf_counter()
         try:
-            return run_payload(payload, self.placement)
-        finally:
             reset(self.baseline)
+        except Exception as e:
+            first_line = str(e).splitlines()[0] if str(e) else ""
+            return f"the reset after this experiment raised {type(e).__name__}: {first_line}"
+        finally:
+            self.last_reset_s = time.perf_counter() - started
+        return None
+
+    def _over_limits(self, own: dict[str, Any]) -> str | None:
+        """Which limit the worker has reached, the experiment's own ``worker`` limits first; None if none."""
+        from tasks.models import DEFAULT_MAX_EXPERIMENTS, DEFAULT_MAX_RSS_GROWTH_MB
+
+        most = own.get("max_experiments") or self.limits.max_experiments or DEFAULT_MAX_EXPERIMENTS
+        if self.experiments >= most:
+            return f"ran {self.experiments} experiments (max_experiments={most})"
+        growth_mb = own.get("max_rss_growth_mb") or self.limits.max_rss_growth_mb or DEFAULT_MAX_RSS_GROWTH_MB
+        now_mb = resident_mb()
+        if now_mb is not None and self.started_mb is not None and now_mb - self.started_mb > growth_mb:
+            return (
+                f"resident memory grew {now_mb - self.started_mb:.0f} MiB since the worker started "
+                f"(max_rss_growth_mb={growth_mb:g})"
+            )
+        return None
 
 
 def run_payload(payload: dict[str, Any], placement: dict[str, Any]) -> dict[str, Any]:

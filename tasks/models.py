@@ -162,6 +162,45 @@ class Resources(Closed):
     )
 
 
+DEFAULT_MAX_EXPERIMENTS = 200  # per worker process: see WorkerLimits for the measurement behind it
+DEFAULT_MAX_RSS_GROWTH_MB = 4096.0  # MiB a worker may gain since it started: ditto
+
+
+class WorkerLimits(Closed):
+    """When a long-lived worker is replaced by a fresh process, after the experiment that crossed a limit.
+
+    A process that ran many experiments keeps what ``reset`` cannot give back: inductor's
+    generated modules in ``sys.modules`` (frozen out of garbage collection), allocator arenas,
+    cuDNN's autotuner cache. Measured on a 2-core CPU machine with torch 2.13
+    (``python benchmarks/worker_growth.py -n 300 -k 25``: the tutorial's six targets compiled
+    by inductor, each with a shape of its own, one after another on one worker): the first 25
+    experiments add 147 MiB and 875 modules (imports every later experiment uses); after them
+    each adds 0.95 MiB, 2.3 modules and 1,400 frozen objects, linearly, while the reset stays
+    at 3-7 ms and experiments take no longer. A replacement (a new process, its ``Worker``, and
+    the first experiment's extra cost) took 11 s, against a median experiment of 1.2 s.
+
+    So ``max_experiments`` defaults to 200, the smallest count at which replacements cost under
+    5% of the time of the tutorial's small experiments (4.5%; 9% at 100, 36% at 25); by then a
+    worker carries about 170 MiB and 400 modules beyond its warm-up. ``max_rss_growth_mb``
+    defaults to 4096 MiB, over ten times what a worker gained in 200 such experiments (316 MiB,
+    warm-up included): it catches a leak, or the heap a large CPU experiment leaves behind (the
+    ``steady`` allocator never returns it), not ordinary use.
+    """
+
+    max_experiments: int | None = Field(
+        default=None,
+        ge=1,
+        description=f"experiments a worker runs in its own process before it is replaced; None: the run's "
+        f"setting (compilebench run --worker-max-experiments), else {DEFAULT_MAX_EXPERIMENTS}",
+    )
+    max_rss_growth_mb: float | None = Field(
+        default=None,
+        gt=0,
+        description=f"MiB of resident memory a worker may gain since it started before it is replaced; None: "
+        f"the run's setting (compilebench run --worker-max-rss-growth-mb), else {DEFAULT_MAX_RSS_GROWTH_MB:g}",
+    )
+
+
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
@@ -186,6 +225,10 @@ class Experiment(Closed):
     check: CheckConfig = Field(default_factory=CheckConfig, description="how compiled outputs are judged correct")
     timeout_s: float = Field(default=1800.0, gt=0, description="seconds for the whole experiment, compile included")
     retries: int = Field(default=1, ge=0, description="re-runs on a fresh worker after the worker process died")
+    worker: WorkerLimits = Field(
+        default_factory=WorkerLimits,
+        description="when the worker that ran this experiment is replaced by a fresh process after it",
+    )
     gpu_model: str | None = Field(
         default=None,
         description="the GPU model to run on (a node's accelerator_type); None: any GPU. A spec's "
@@ -400,6 +443,7 @@ class Result(BaseModel):
     graph_count: int | None = None
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list)
+    lost_nodes: int = 0  # attempts that ended with the loss of their node (counted in attempts, not against retries)
     correct: bool | None = None
     check: CheckInfo | None = None
     check_note: str | None = None  # why correctness could not be judged, when correct is None

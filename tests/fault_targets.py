@@ -114,6 +114,27 @@ def make_report_state(device):
     raise RuntimeError(repr(state))
 
 
+def make_poison_reset(device):
+    """Runs fine, but leaves the process so that the worker's reset after it raises (as a sticky
+    CUDA error makes ``torch.cuda.synchronize`` raise there)."""
+    import numpy as np
+
+    def broken(seed: int) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered (test)")
+
+    np.random.seed = broken  # the reset reseeds numpy; nothing in an experiment does
+    return _noop(device)
+
+
+_HOARD: list[bytearray] = []  # what make_hoard keeps alive for the life of its process
+
+
+def make_hoard(device, mb: int):
+    """Keeps ``mb`` MiB of written (resident) memory for the life of its process, as a leak would."""
+    _HOARD.append(bytearray(b"\x01") * (mb * 2**20))
+    return _noop(device)
+
+
 class StubWorker:
     """An executor for the scheduler's own tests: returns an ``ok`` result for each experiment
     after ``params['ms']`` milliseconds, without importing torch or running the procedure, so

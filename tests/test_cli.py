@@ -213,3 +213,33 @@ def test_the_library_checks_out_before_connecting(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "connect", no_cluster)
     with pytest.raises(OutPathError, match="is a directory"):
         api.run(ROOT / "examples" / "seed.yaml", tmp_path)
+
+
+def test_run_passes_the_worker_settings_to_the_library(write_spec, tmp_path, monkeypatch):
+    from orchestrator import api
+    from tasks.models import WorkerLimits
+
+    seen: dict = {}
+
+    def fake_run(spec, out, **kwargs):
+        seen.update(kwargs)
+        raise api.JournalError("stop here")
+
+    monkeypatch.setattr(api, "run", fake_run)
+    spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    compile: {backend: eager}\n")
+    args = ["run", str(spec), "--out", str(tmp_path / "r.json")]
+    runner.invoke(app, args)
+    assert seen["worker_start_timeout_s"] == 600 and seen["worker_limits"] == WorkerLimits()
+    more = ["--worker-start-timeout", "30", "--worker-max-experiments", "5", "--worker-max-rss-growth-mb", "2048"]
+    runner.invoke(app, [*args, *more])
+    assert seen["worker_start_timeout_s"] == 30
+    assert seen["worker_limits"] == WorkerLimits(max_experiments=5, max_rss_growth_mb=2048)
+
+
+def test_run_help_gives_the_worker_limits_defaults():
+    from tasks.models import DEFAULT_MAX_EXPERIMENTS, DEFAULT_MAX_RSS_GROWTH_MB
+
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "400"})
+    assert f"default {DEFAULT_MAX_EXPERIMENTS};" in result.output
+    assert f"default {DEFAULT_MAX_RSS_GROWTH_MB:g};" in result.output
+    assert "--worker-start-timeout" in result.output

@@ -22,7 +22,7 @@ from orchestrator.cluster import (
     with_versions,
     working_dir_env,
 )
-from orchestrator.report.models import Node
+from orchestrator.nodes import Node
 from orchestrator.spec import SpecError, load_spec
 from tasks.models import CompileConfig, Result, TimingConfig, WorkerInfo
 

@@ -86,11 +86,14 @@ def test_oom_timeout_and_reset_on_one_gpu(cluster):
     assert replaced.worker.gpu_model == "H100" and replaced.measurement.fresh_process
 
 
-def test_a_lost_nodes_experiments_run_again_elsewhere(cluster, tmp_path):
+def test_a_lost_nodes_experiments_run_again_elsewhere_without_spending_a_retry(cluster, tmp_path):
+    """``retries: 0``: what ran on the removed node would be ``crashed`` if its loss counted."""
     doomed = cluster.add_node(num_cpus=2, num_gpus=2, **gpu("A100"))
     cluster.wait_for_nodes()
     marks = tmp_path / "marks"
-    experiments = [fault("mark_and_sleep", params={"folder": str(marks), "seconds": 3}, seed=s) for s in range(6)]
+    experiments = [
+        fault("mark_and_sleep", params={"folder": str(marks), "seconds": 3}, seed=s, retries=0) for s in range(6)
+    ]
 
     def remove_once_it_runs_an_experiment() -> None:
         for _ in range(6000):
@@ -106,7 +109,10 @@ def test_a_lost_nodes_experiments_run_again_elsewhere(cluster, tmp_path):
     remover.join()
     assert all(r.status == "ok" for r in results), [r.error for r in results]
     assert all(r.worker.node_id != doomed.node_id for r in results)
-    assert any(r.attempts == 2 for r in results)  # what ran on the lost node ran again
+    lost = [r for r in results if r.lost_nodes]
+    assert lost, "what ran on the lost node ran again"
+    assert all(r.lost_nodes == 1 and r.attempts == 2 for r in lost)  # each try counted; the lost one charged nothing
+    assert all(r.attempts == 1 for r in results if not r.lost_nodes)
     lines = (tmp_path / "j.jsonl").read_text().splitlines()
     assert sorted(Result.model_validate_json(line).experiment_id for line in lines) == sorted(e.id for e in experiments)
 

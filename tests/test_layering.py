@@ -82,3 +82,16 @@ def test_reading_a_report_imports_neither_torch_nor_ray():
 
 def test_validate_pays_for_torch_but_never_for_ray():
     assert imported_by(["validate", str(ROOT / "examples" / "seed.yaml")]) == {"torch": True, "ray": False}
+
+
+def test_the_scheduling_policy_and_its_nodes_need_no_ray():
+    code = (
+        "import sys\n"
+        "import orchestrator.policy, orchestrator.nodes\n"
+        "from orchestrator.report.models import Node\n"
+        "assert Node is orchestrator.nodes.Node\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch'))\n"
+        "assert not bad, bad\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.policy import Dispatch, Scheduler, Shape, Start, shape_of
-from orchestrator.report.models import Node
+from orchestrator.nodes import Node
+from orchestrator.policy import MAX_NODE_LOSSES, Dispatch, Scheduler, Shape, Start, shape_of
 from tasks.models import ErrorInfo, Experiment, Result
 
 CRASH = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")
@@ -133,6 +133,7 @@ def test_a_death_is_retried_first_then_crashed_with_every_attempt_counted():
     final = s.died(again.worker_id, CRASH, now=3)
     assert final.status == "crashed" and final.attempts == 2 and final.error == CRASH
     assert final.worker.pid == 1000 + replacement.worker_id and final.reserved.gpus == 1
+    assert final.worker.experiments_before == 0 and final.lost_nodes == 0
 
 
 def test_a_death_of_the_fresh_process_keeps_the_worker():
@@ -193,7 +194,7 @@ def test_a_node_whose_workers_never_start_is_given_up():
         s.died(start.worker_id, ErrorInfo(type="ModuleNotFoundError", message="No module named 'torch'"), now=attempt)
     (result,) = s.plan(3).results
     assert result.status == "unschedulable"
-    assert "workers could not start on the nodes that fit" in result.error.message
+    assert "workers holding 1 GPU and 1 CPU could not start on the nodes that fit" in result.error.message
     assert "No module named 'torch'" in result.error.message
 
 
@@ -211,3 +212,131 @@ def test_a_lost_node_sends_its_experiments_elsewhere():
     plan = s.plan(2)
     assert plan.start == [] and [d.worker_id for d in plan.dispatch] == [on_a]
     assert plan.dispatch[0].experiment == dispatched[on_b]
+
+
+NODE_DIED = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died because its node has died.")
+
+
+def test_a_worker_that_asks_to_retire_is_replaced_and_its_result_stands():
+    s = Scheduler([exp(0), exp(1), exp(2)])
+    s.observe_nodes([node("a", 1, 1)])
+    (start,) = s.plan(0).start
+    ready_all(s, [start])
+    (first,) = s.plan(1).dispatch
+    s.finished(first.worker_id, ok(first.experiment))
+    (second,) = s.plan(2).dispatch
+    assert second.worker_id == start.worker_id  # the same worker goes on
+    kept = s.finished(second.worker_id, ok(second.experiment), retire="ran 2 experiments (max_experiments=2)")
+    assert kept.status == "ok" and kept.attempts == 1
+    assert start.worker_id not in s.workers
+    plan = s.plan(3)
+    assert plan.dispatch == [] and len(plan.start) == 1 and plan.start[0].worker_id != start.worker_id
+    ready_all(s, plan.start)
+    (third,) = s.plan(4).dispatch
+    assert third.experiment.seed == 2 and third.worker_id == plan.start[0].worker_id
+
+
+def test_experiments_before_counts_what_the_worker_ran_in_its_own_process():
+    s = Scheduler([exp(0), exp(1, compile={"cache": "cold"}, retries=0), exp(2, timeout_s=5)])
+    s.observe_nodes([node("a", 1, 1)])
+    ready_all(s, s.plan(0).start)
+    (d,) = s.plan(0).dispatch
+    s.finished(d.worker_id, ok(d.experiment))
+    (cold,) = s.plan(1).dispatch
+    final = s.died(cold.worker_id, CRASH, now=2, alive=True)  # its fresh process died: it ran nothing before
+    assert final.worker.experiments_before == 0
+    (d,) = s.plan(3).dispatch
+    ((_, timed_out),) = s.expired(8)
+    assert timed_out.status == "timeout" and timed_out.worker.experiments_before == 1
+
+
+def test_a_worker_ray_cannot_place_is_a_failed_start_at_its_deadline():
+    s = Scheduler([exp(0)], start_timeout_s=60)
+    s.observe_nodes([node("a", 1, 1)])
+    (start,) = s.plan(0).start
+    assert s.next_deadline() == 60
+    assert s.expired(59.9) == []
+    assert s.expired(60) == [(start.worker_id, None)]  # killed by the runner; no result: nothing ran
+    assert s.next_deadline() is None
+    (again,) = s.plan(60).start  # another try
+    assert again.worker_id != start.worker_id
+
+
+def test_three_start_timeouts_of_a_shape_make_its_experiments_unschedulable_naming_the_resources():
+    s = Scheduler([exp(0, device="cuda"), exp(1, device="cuda"), exp(2, device="cpu")], start_timeout_s=60)
+    s.observe_nodes([node("abcdef0123", 2, 1)])
+    now = 0.0
+    for _ in range(3):
+        starts = s.plan(now).start
+        assert [st.gpus for st in starts] == [1]  # the CPU worker waits for the node's every core
+        now += 60
+        assert [result for _, result in s.expired(now)] == [None]
+    plan = s.plan(now)
+    assert [(r.seed, r.status, r.attempts) for r in plan.results] == [(0, "unschedulable", 0), (1, "unschedulable", 0)]
+    assert plan.results[0].error.message == (
+        "workers holding 1 GPU and 2 CPUs could not start on the nodes that fit (node abcdef01: WorkerStartTimeout: "
+        "Ray did not place and start a worker holding 1 GPU and 2 CPUs on node abcdef01 within 60 s "
+        "(3 failed starts in a row))"
+    )
+    assert [(st.gpus, st.cpus) for st in plan.start] == [(0, 2)]  # another shape still starts there
+
+
+def test_with_a_pending_timeout_start_failures_wait_for_a_node_that_fits():
+    s = Scheduler([exp(0)], pending_timeout_s=300, start_timeout_s=60)
+    s.observe_nodes([node("a", 1, 1)])
+    now = 0.0
+    for _ in range(3):
+        assert len(s.plan(now).start) == 1
+        now += 60
+        s.expired(now)
+    assert s.plan(now).results == [] and s.plan(now).start == []  # waits, starts no more on that node
+    s.observe_nodes([node("a", 1, 1), node("b", 1, 1)])  # a node that fits joins in time
+    (start,) = s.plan(now + 10).start
+    assert start.node_id == "b"
+    assert s.plan(now + 300).results == []
+
+
+def test_a_lost_node_spends_no_retry_and_takes_no_worker_until_ray_lets_it_go():
+    s = Scheduler([exp(0, retries=0)])
+    s.observe_nodes([node("a", 1, 1)])
+    (start,) = s.plan(0).start
+    ready_all(s, [start])
+    (d,) = s.plan(1).dispatch
+    assert s.died(d.worker_id, NODE_DIED, now=2, node_lost=True) is None  # back in the queue, retries=0 or not
+    s.observe_nodes([node("a", 1, 1)])  # Ray still lists the dying node as alive
+    plan = s.plan(3)
+    assert plan.start == [] and plan.results == []  # no worker on it: a retry there would die with it
+    s.observe_nodes([node("b", 1, 1)])  # Ray marked it dead; another node joined
+    (retry_start,) = s.plan(4).start
+    assert retry_start.node_id == "b"
+    ready_all(s, [retry_start])
+    (retry,) = s.plan(5).dispatch
+    result = s.finished(retry.worker_id, ok(retry.experiment))
+    assert (result.status, result.attempts, result.lost_nodes) == ("ok", 2, 1)
+    s.observe_nodes([node("a", 1, 1), node("b", 1, 1)])  # the node came back: usable again
+    assert "a" in s.nodes and not s.lost
+
+
+def test_node_losses_past_the_allowance_are_charged():
+    s = Scheduler([exp(0, retries=0)])
+    names = [f"n{i}" for i in range(MAX_NODE_LOSSES + 1)]
+    for i, name in enumerate(names):
+        s.observe_nodes([node(name, 1, 1)])
+        (start,) = s.plan(i).start
+        ready_all(s, [start])
+        (d,) = s.plan(i).dispatch
+        final = s.died(d.worker_id, NODE_DIED, now=i + 0.5, node_lost=True)
+    assert final is not None and final.status == "crashed"
+    assert (final.attempts, final.lost_nodes) == (MAX_NODE_LOSSES + 1, MAX_NODE_LOSSES + 1)
+
+
+def test_a_worker_starting_on_a_lost_node_is_not_a_failed_start():
+    s = Scheduler([exp(0)])
+    for i in range(3):
+        s.observe_nodes([node("a", 1, 1)])  # (back) alive
+        (start,) = s.plan(i).start
+        s.died(start.worker_id, NODE_DIED, now=i, node_lost=True)
+        s.observe_nodes([])  # Ray marked it dead
+    assert s.broken == {}
+    s.observe_nodes([node("a", 1, 1)])
+    assert len(s.plan(4).start) == 1

@@ -128,3 +128,72 @@ def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
         overlapping = a.started_at < b.finished_at and b.started_at < a.finished_at
         if overlapping:
             assert set(a.measurement.cores).isdisjoint(b.measurement.cores)
+
+
+def test_a_worker_is_replaced_after_max_experiments_and_says_how_many_ran_before(ray_cluster):
+    experiments = [sleepy(200 + seed, device="cpu", worker={"max_experiments": 2}) for seed in range(5)]
+    results = run_experiments(experiments, ray_cluster)
+    assert [r.status for r in results] == ["ok"] * 5 and all(r.attempts == 1 for r in results)
+    assert [r.worker.experiments_before for r in results] == [0, 1, 0, 1, 0]
+    pids = [r.worker.pid for r in results]
+    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] and len(set(pids)) == 3
+    assert [r.measurement.fresh_process for r in results] == [True, False, True, False, True]
+
+
+def test_the_runs_limit_applies_where_an_experiment_sets_none(ray_cluster):
+    from tasks.models import WorkerLimits
+
+    results = run_experiments(
+        [sleepy(210 + seed, device="cpu") for seed in range(3)],
+        ray_cluster,
+        worker_limits=WorkerLimits(max_experiments=1),
+    )
+    assert [r.worker.experiments_before for r in results] == [0, 0, 0]
+    assert len({r.worker.pid for r in results}) == 3
+
+
+def test_a_reset_that_raises_keeps_the_result_and_replaces_the_worker(ray_cluster):
+    poisoned = Experiment(target="tests.fault_targets:make_poison_reset", device="cpu", compile={"backend": "eager"})
+    results = run_experiments([poisoned, sleepy(220, device="cpu")], ray_cluster)
+    first, after = results
+    assert (first.status, first.attempts) == ("ok", 1), first.error
+    assert (after.status, after.attempts) == ("ok", 1)
+    assert after.worker.pid != first.worker.pid and after.worker.experiments_before == 0
+
+
+def test_a_worker_whose_memory_grew_past_its_limit_is_replaced(ray_cluster):
+    hoard = Experiment(
+        target="tests.fault_targets:make_hoard",
+        params={"mb": 600},
+        device="cpu",
+        compile={"backend": "eager"},
+        worker={"max_rss_growth_mb": 400},
+    )
+    first, after = run_experiments([hoard, sleepy(230, device="cpu")], ray_cluster)
+    assert (first.status, first.attempts) == ("ok", 1)
+    assert after.status == "ok" and after.worker.pid != first.worker.pid
+
+
+def test_a_worker_ray_cannot_place_ends_as_unschedulable_instead_of_hanging(ray_cluster):
+    """Every logical GPU is held by another actor: Ray cannot place a GPU worker, however long it waits."""
+    import ray
+
+    from tests.fault_targets import StubWorker
+
+    @ray.remote(num_gpus=RAY_GPUS, num_cpus=0)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()  # type: ignore[attr-defined]
+    ray.get(holder.ready.remote())
+    try:
+        exp = Experiment(target="stub", device="cuda")
+        (result,) = run_experiments([exp], ray_cluster, start_timeout_s=1, executor=StubWorker)
+    finally:
+        ray.kill(holder)
+    assert (result.status, result.attempts) == ("unschedulable", 0)
+    cpus = RAY_CPUS // RAY_GPUS
+    assert result.error.message.startswith(f"workers holding 1 GPU and {cpus} CPU could not start")
+    assert "WorkerStartTimeout: Ray did not place and start a worker holding 1 GPU" in result.error.message
+    assert "within 1 s (3 failed starts in a row)" in result.error.message

@@ -9,19 +9,10 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
+from orchestrator.nodes import Node as Node  # the scheduler's too; listed in a report's environment
 from tasks.models import Phase, Precision, Result
 
 SCHEMA_VERSION: Final = 2  # 2: summary by group and device model, pass rates; version 1 reports are upgraded on load
-
-
-class Node(BaseModel):
-    node_id: str
-    hostname: str
-    address: str
-    cpus: int
-    gpus: int
-    gpu_models: list[str]
-    versions: dict[str, str] = Field(default_factory=dict)  # torch, triton: as this node's workers reported them
 
 
 class Environment(BaseModel):

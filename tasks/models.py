@@ -249,12 +249,15 @@ class Experiment(Closed):
     @property
     def id(self) -> str:
         """Stable identity: a hash of the fields that differ from their defaults (same spec, same id,
-        on any machine; a field added later with a default leaves existing ids as they were)."""
-        return _digest(self.model_dump(mode="json", exclude_defaults=True), 12)
+        on any machine; a field added later with a default leaves existing ids as they were). When a
+        worker is replaced (``worker``) is how it ran, not what it measures: not part of the id."""
+        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude={"worker"}), 12)
 
 
 class ErrorInfo(BaseModel):
     """An exception reduced to plain strings, so it survives any process boundary."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     type: str
     message: str
@@ -267,6 +270,8 @@ class ErrorInfo(BaseModel):
 
 class SampleStats(BaseModel):
     """What ``tasks.stats.describe`` derives from a list of samples."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     median_ms: float
     min_ms: float
@@ -297,6 +302,8 @@ class SideTiming(SampleStats):
 class GpuState(BaseModel):
     """What NVML says about the GPU at one moment: the conditions a timer cannot control."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
+
     sm_clock_mhz: int | None = None
     memory_clock_mhz: int | None = None
     temperature_c: int | None = None
@@ -305,6 +312,8 @@ class GpuState(BaseModel):
 
 class Measurement(BaseModel):
     """How the numbers of a result were taken, and what the timer could not control."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     timer: Literal["perf_counter", "cuda_events", "wall"]
     interleaved: bool = True
@@ -327,6 +336,8 @@ class Measurement(BaseModel):
 class WorkerInfo(BaseModel):
     """Where an experiment ran: which host, process, GPU and how many CPU threads."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
+
     hostname: str
     node_id: str | None = None
     pid: int
@@ -347,6 +358,8 @@ class CheckInfo(BaseModel):
     ``rtol``/``atol``), ``cosine`` (where no float64 run was possible), ``equal`` (non-floating
     outputs only), ``none`` (not checked: ``Result.check_note`` says why).
     """
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     method: Literal["fp64_rmse", "allclose", "cosine", "equal", "none"]
     rtol: float | None = None
@@ -409,12 +422,16 @@ class CompileCache(BaseModel):
 class WorkInfo(BaseModel):
     """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
 
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
+
     flops: int | None = None
     bytes: int | None = None
 
 
 class Result(BaseModel):
     """What one experiment produced, success or failure."""
+
+    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     experiment_id: str
     target: str
@@ -427,6 +444,7 @@ class Result(BaseModel):
     precision: Precision = "fp32"
     gpu_model: str | None = None  # requested (None: any); the one used is worker.gpu_model
     attempts: int = 1
+    lost_nodes: int = 0  # attempts that ended with the loss of their node (counted in attempts, not against retries)
     status: Status
     error: ErrorInfo | None = None
     eager: SideTiming | None = None
@@ -443,7 +461,6 @@ class Result(BaseModel):
     graph_count: int | None = None
     graph_breaks: int | None = None
     break_reasons: list[str] = Field(default_factory=list)
-    lost_nodes: int = 0  # attempts that ended with the loss of their node (counted in attempts, not against retries)
     correct: bool | None = None
     check: CheckInfo | None = None
     check_note: str | None = None  # why correctness could not be judged, when correct is None

@@ -33,40 +33,47 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
     assert set(report) >= {"spec", "environment", "results", "summary"}
     assert report["environment"]["nodes"] and report["environment"]["torch"]
     results = {
-        (r["target"], r["compile"]["method"], r["compile"]["mode"], r["compile"]["fullgraph"]): r
+        (r["target"], r["compile"]["method"], r["compile"]["mode"], r["compile"]["fullgraph"], r["compile"]["cache"]): r
         for r in report["results"]
     }
-    assert len(report["results"]) == len(results) == 9
+    assert len(report["results"]) == len(results) == 10
 
     for key, r in results.items():
-        if key != ("seed.bar", "torch_compile", None, True):
+        if key[:4] != ("seed.bar", "torch_compile", None, True):
             assert r["status"] == "ok", (key, r["error"])
             assert r["correct"] is True and r["device"] == "cpu"
             assert r["compiled"]["median_ms"] > 0 and r["speedup"] > 0
     for mode in (None, "max-autotune-no-cudagraphs"):
-        assert results[("seed.foo3", "torch_compile", mode, False)]["speedup"] > 1.0
-    bar = results[("seed.bar", "torch_compile", None, False)]
+        assert results[("seed.foo3", "torch_compile", mode, False, "warm")]["speedup"] > 1.0
+    # the first call's cost: warm compiles load from primed caches, cold ones compile from nothing
+    warm, cold = (results[("seed.foo", "torch_compile", None, False, c)] for c in ("warm", "cold"))
+    assert warm["compile_cache"]["primed"] and warm["compile_cache"]["fxgraph_hit"] >= 1
+    assert warm["compile_cache"]["fxgraph_miss"] == 0
+    assert cold["compile_cache"]["fxgraph_miss"] >= 1 and cold["compile_cache"]["fxgraph_hit"] == 0
+    assert cold["compile_latency_s"] > warm["compile_latency_s"]
+    bar = results[("seed.bar", "torch_compile", None, False, "warm")]
     assert bar["graph_breaks"] >= 1 and bar["break_reasons"][0].startswith("Data-dependent branching")
-    bar_fullgraph = results[("seed.bar", "torch_compile", None, True)]
+    bar_fullgraph = results[("seed.bar", "torch_compile", None, True, "warm")]
     assert bar_fullgraph["status"] == "compile_error"
     assert bar_fullgraph["error"]["message"].startswith("Data-dependent branching")
-    fixed = results[("seed.bar_fixed", "torch_compile", None, True)]
+    fixed = results[("seed.bar_fixed", "torch_compile", None, True, "warm")]
     assert (fixed["graph_breaks"], fixed["graph_count"], fixed["correct"]) == (0, 1, True)
     assert {r["compile"]["method"] for r in report["results"] if r["target"] == "seed.my_module"} == {
         "torch_compile",
         "module_compile",
     }
     counts = report["summary"]["counts"]
-    assert (counts["ok"], counts["compile_error"]) == (8, 1)
-    assert sum(counts.values()) == 9
+    assert (counts["ok"], counts["compile_error"]) == (9, 1)
+    assert sum(counts.values()) == 10
 
     journal = (tmp_path / "seed.journal.jsonl").read_text().splitlines()
     assert sorted(Result.model_validate_json(line).experiment_id for line in journal) == sorted(
         r["experiment_id"] for r in report["results"]
     )
-    for column in ("target", "config", "eager ms", "compiled ms", "speedup", "breaks", "status"):
+    for column in ("target", "config", "eager ms", "compiled ms", "speedup", "cache", "breaks", "status"):
         assert column in proc.stdout
-    assert "8 ok, 1 compile_error" in proc.stdout
+    assert "warm: hit" in proc.stdout and "cold: miss" in proc.stdout
+    assert "9 ok, 1 compile_error" in proc.stdout
 
 
 def test_run_on_a_cluster_with_logical_gpus(ray_cluster, write_spec, tmp_path):
@@ -93,7 +100,7 @@ def test_run_on_a_cluster_with_logical_gpus(ray_cluster, write_spec, tmp_path):
 def test_validate_counts_experiments():
     result = runner.invoke(app, ["validate", str(ROOT / "examples" / "seed.yaml")])
     assert result.exit_code == 0
-    assert "valid, 9 experiments" in result.output
+    assert "valid, 10 experiments" in result.output
     result = runner.invoke(app, ["validate", str(ROOT / "examples" / "measurements.yaml")])
     assert result.exit_code == 0
     assert "valid, 5 experiments" in result.output

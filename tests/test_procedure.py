@@ -302,3 +302,27 @@ def test_fresh_inputs_are_copied_ahead_and_taken_one_per_call():
     assert [t is m for t, m in zip(seen, reversed(made), strict=False)] == [True, True]
     assert len({id(t) for t in seen}) == 3 and not any(t is x for t in seen)
     assert torch.equal(x, torch.zeros(3))  # the original is never handed out
+
+
+def test_results_are_built_with_types_and_reject_unknown_fields():
+    import pydantic
+
+    from tasks.models import Result
+    from tasks.procedure import Draft
+
+    draft = Draft(started_at=0.0)
+    with pytest.raises(AttributeError):
+        draft.speedp = 2.0  # a misspelt field fails at once instead of vanishing
+    exp = Experiment(target="seed.foo")
+    data = draft.finish(exp, "ok").model_dump(mode="json")
+    Result.model_validate(data)
+    with pytest.raises(pydantic.ValidationError, match="speedp"):
+        Result.model_validate({**data, "speedp": 2.0})
+    with pytest.raises(pydantic.ValidationError, match="medain_ms"):
+        Result.model_validate({**data, "eager": {"medain_ms": 1.0}})
+
+
+def test_when_a_worker_is_replaced_is_not_part_of_an_experiments_identity():
+    plain = Experiment(target="seed.foo")
+    assert Experiment(target="seed.foo", worker={"max_experiments": 5}).id == plain.id
+    assert Experiment(target="seed.foo", seed=1).id != plain.id

@@ -23,10 +23,11 @@ def error_of(write_spec, text: str, name: str = "spec.yaml") -> str:
     return message
 
 
-def test_seed_example_expands_to_nine_experiments():
+def test_seed_example_expands_to_ten_experiments():
     spec = load_spec(ROOT / "examples" / "seed.yaml")
     assert spec.name == "seed-tutorial"
     assert [e.target for e in spec.experiments] == [
+        "seed.foo",
         "seed.foo",
         "seed.outer",
         "seed.my_module",
@@ -37,9 +38,10 @@ def test_seed_example_expands_to_nine_experiments():
         "seed.bar",
         "seed.bar_fixed",
     ]
-    assert [e.compile.method for e in spec.experiments[2:4]] == ["torch_compile", "module_compile"]
-    assert [e.compile.mode for e in spec.experiments[4:6]] == [None, "max-autotune-no-cudagraphs"]
-    assert [e.compile.fullgraph for e in spec.experiments[6:9]] == [False, True, True]
+    assert [e.compile.cache for e in spec.experiments[:2]] == ["warm", "cold"]
+    assert [e.compile.method for e in spec.experiments[3:5]] == ["torch_compile", "module_compile"]
+    assert [e.compile.mode for e in spec.experiments[5:7]] == [None, "max-autotune-no-cudagraphs"]
+    assert [e.compile.fullgraph for e in spec.experiments[7:10]] == [False, True, True]
     assert all(e.timing.repeats is None and e.timing.warmup is None for e in spec.experiments)  # by device
 
 

@@ -121,6 +121,7 @@ def test_seed_spec_ids_are_the_same_on_every_machine():
 
 GOLDEN_SEED_IDS = [
     "aa975c26545f",
+    "8910eb5b6b62",
     "a48898a66f90",
     "27fee1f93407",
     "48dadc4ad2a5",

@@ -1,19 +1,40 @@
-"""Fidelity of compilebench's numbers: its timers against independent ones, run-to-run
-stability through the real CLI, and an experiment timed alone vs beside a compiling neighbour.
+"""Fidelity of compilebench's numbers: whole experiments against an independent timer, its timers
+against independent ones, run-to-run stability through the real CLI, and an experiment timed
+alone vs beside a compiling neighbour.
 
-    python benchmarks/fidelity.py            # all three sections (about 5 minutes on 2 cores)
-    python benchmarks/fidelity.py timers     # one section: timers | stability | neighbours
+    python benchmarks/fidelity.py                    # every section (about 15 minutes on 2 cores)
+    python benchmarks/fidelity.py e2e timers         # some: e2e | timers | interleaving | stability | neighbours
+    python benchmarks/fidelity.py e2e --quick        # two workloads, one run each
+
+**End to end** (``e2e``): each workload runs as an experiment through ``orchestrator.api.run``
+on the real workers (a local Ray instance of one CPU: one long-lived worker, experiments one
+at a time, one thread), ``--runs`` times; between runs, each workload is timed by
+``torch.utils.benchmark.Timer.blocked_autorange`` in a fresh Python process of its own: the
+same target built by the same factory from the same seed, compiled the same way
+(``torch.compile`` with the experiment's compile settings, inference under ``no_grad``, modules
+in ``eval()``), at the worker's thread count. The ratio compares the median of each side's run
+medians with the median of the reference's. This is what a user sees who times the callable on
+its own, against what compilebench reports for it.
+
+**Interleaving** (``interleaving``): in this process, the same eager and compiled callables timed
+by ``blocked_autorange`` (a loop of one side), by compilebench's CPU timer alone, interleaved as
+the procedure interleaves them, and interleaved with an untimed block of the side before each
+timed block; and the time of a side's calls just after the other side's, call by call. A side's
+first calls after the other's are slower than its steady state; a sample taken right after a
+switch measures the switch.
 
 On CUDA the timers section compares both CUDA methods (events and wall) with Triton's do_bench,
 on the CPU workloads plus the GPU check's own (foo3 4096x4096 and foo 10x10, eager and compiled).
 
-Targets printed with each table: timer medians within 0.95-1.05 of the reference for calls
-of 100 us and more, 0.85-1.15 around 10 us; speedup coefficient of variation <= 5% over 5
+Targets printed with each table: medians (end to end and timers) within 0.95-1.05 of the
+reference for calls of 100 us and more, 0.85-1.15 around 10 us; speedup coefficient of variation <= 5% over 5
 runs; alone vs beside a neighbour within 5%.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import statistics
@@ -21,7 +42,8 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +61,37 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 REFERENCE_MIN_RUN_S = 0.15  # blocked_autorange's measuring time per workload and round
 OUR_TIMING = TimingConfig(warmup_ms=20, repeats_ms=150)  # the same budget for our timer
 ROUNDS = 7  # ours, reference, ours, reference...: each ratio pairs neighbours in time; the median is kept
+E2E_RUNS = 3  # runs of the whole sweep, each followed by a fresh reference process per workload
+E2E_TIMING = {"warmup_ms": 50, "repeats_ms": 300}  # per side in each run; the reference's budget below
+E2E_REFERENCE_MIN_RUN_S = 0.3  # blocked_autorange's measuring time per side and round in the reference
+E2E_REFERENCE_ROUNDS = 3  # eager, compiled, eager, compiled...: the median of each side's rounds
+WITHIN_AT_100_US, WITHIN_AROUND_10_US = 0.05, 0.15  # the fidelity targets, by the reference's median
+
+
+def gelu_mlp(device: torch.device, rows: int = 512, dim: int = 256) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """``gelu(x @ w + b) + x`` on ``x`` of ``rows x dim``: one GEMM and a fused pointwise tail (a target)."""
+
+    def block(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w + b) + x
+
+    x, w, b = (
+        torch.randn(rows, dim, device=device),
+        torch.randn(dim, dim, device=device),
+        torch.randn(dim, device=device),
+    )
+    return block, (x, w, b)
+
+
+# (label, target, params): calls from ~10 us to milliseconds on one core.
+E2E_WORKLOADS: list[tuple[str, str, dict[str, Any]]] = [
+    ("gelu(x @ w + b) + x, x 512x256", "benchmarks.fidelity:gelu_mlp", {"rows": 512, "dim": 256}),
+    ("gelu(x @ w + b) + x, x 64x64", "benchmarks.fidelity:gelu_mlp", {"rows": 64, "dim": 64}),
+    ("seed.foo3 1024x1024", "seed.foo3", {"shape": [1024, 1024]}),
+    ("blocks.mlp 8x64x256", "blocks.mlp", {}),
+    ("blocks.layernorm_gelu 8x32x256", "blocks.layernorm_gelu", {"seq": 32, "dim": 256}),
+    ("seed.foo 16x16", "seed.foo", {"shape": [16, 16]}),
+]
+E2E_QUICK = 2  # --quick: the first workloads only, one run
 
 
 def workloads(device: torch.device) -> list[tuple[str, Callable[[], Any]]]:
@@ -172,6 +225,229 @@ def section_timers_cuda(device: torch.device) -> None:
         )
 
 
+def e2e_spec(workloads: list[tuple[str, str, dict[str, Any]]], seed: int) -> str:
+    """A spec of one CPU experiment per workload, inductor's defaults, the e2e timing budget."""
+    spec: dict[str, Any] = {
+        "name": "fidelity-e2e",
+        "defaults": {"device": "cpu", "seed": seed, "timing": E2E_TIMING},
+        "experiments": [{"target": target, "params": params} for _, target, params in workloads],
+    }
+    return json.dumps(spec)  # JSON is YAML
+
+
+def e2e_run(workloads: list[tuple[str, str, dict[str, Any]]], out_dir: Path, index: int, seed: int) -> list[Any]:
+    """One run of every workload through ``orchestrator.api.run`` (one worker: a one-CPU instance);
+    the results in workload order. The workers of a run are gone when it returns."""
+    from orchestrator.api import run
+
+    spec = out_dir / f"e2e-{index}.yaml"
+    spec.write_text(e2e_spec(workloads, seed))
+    report = run(spec, out_dir / f"e2e-{index}.json", num_cpus=1, overwrite=True)
+    return list(report.results)
+
+
+def e2e_reference(target: str, params: dict[str, Any], threads: int, seed: int) -> dict[str, float]:
+    """Eager and compiled medians (ms) of ``target`` from ``blocked_autorange`` in a fresh process
+    (``--reference-child``) at ``threads`` threads."""
+    request = json.dumps({"target": target, "params": params, "threads": threads, "seed": seed})
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--reference-child", request]
+    done = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
+    medians: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return medians
+
+
+def reference_child(request: dict[str, Any]) -> None:
+    """In a fresh process: build the target as the worker does (seeded), compile it with
+    ``torch.compile``'s defaults, under ``no_grad`` with modules in ``eval()``, and time both
+    sides by ``blocked_autorange`` in alternating rounds; print the medians as JSON."""
+    from tasks.targets import build
+
+    torch.set_num_threads(request["threads"])
+    torch.manual_seed(request["seed"])
+    work = build(request["target"], torch.device("cpu"), request["params"])
+    fn, inputs = work.fn, work.inputs
+    if isinstance(fn, torch.nn.Module):
+        fn.eval()
+    rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
+    with torch.no_grad():
+        compiled = torch.compile(fn)
+        compiled(*inputs)  # compiles
+        for _ in range(E2E_REFERENCE_ROUNDS):
+            for side, call in (("eager", fn), ("compiled", compiled)):
+                timer = tbench.Timer(stmt="fn(*inputs)", globals={"fn": call, "inputs": inputs})
+                rounds[side].append(timer.blocked_autorange(min_run_time=E2E_REFERENCE_MIN_RUN_S).median * 1e3)
+    print(json.dumps({side: statistics.median(ms) for side, ms in rounds.items()}))
+
+
+def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
+    """Whole experiments through ``orchestrator.api.run`` against a fresh-process reference, per side."""
+    workloads = E2E_WORKLOADS[:E2E_QUICK] if quick else E2E_WORKLOADS
+    runs = 1 if quick else runs
+    seed = 0
+    ours: dict[tuple[int, str], list[float]] = {}
+    refs: dict[tuple[int, str], list[float]] = {}
+    threads_seen: set[int] = set()
+    not_ok: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(runs):
+            print(f"e2e run {index + 1}/{runs}: {len(workloads)} experiments...", file=sys.stderr, flush=True)
+            results = e2e_run(workloads, Path(tmp), index, seed)
+            for i, (result, (label, target, params)) in enumerate(zip(results, workloads, strict=True)):
+                if result.status != "ok" or result.eager is None or result.compiled is None:
+                    not_ok.append(f"run {index + 1}, {label}: {result.status}")
+                    continue
+                threads = result.worker.threads if result.worker is not None else 1
+                threads_seen.add(threads)
+                ours.setdefault((i, "eager"), []).append(result.eager.median_ms)
+                ours.setdefault((i, "compiled"), []).append(result.compiled.median_ms)
+                ref = e2e_reference(target, params, threads, seed)
+                for side in ("eager", "compiled"):
+                    refs.setdefault((i, side), []).append(ref[side])
+        import ray
+
+        ray.shutdown()
+    shown = ", ".join(str(t) for t in sorted(threads_seen)) or "-"
+    print(
+        f"\n## End to end on cpu: orchestrator.api.run vs torch.utils.benchmark in a fresh process ({shown} thread)\n"
+    )
+    print(
+        f"{runs} run(s) of the sweep (one worker, experiments one at a time; timing {E2E_TIMING}); after each, "
+        f"every workload in a fresh process by blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds of "
+        f"{E2E_REFERENCE_MIN_RUN_S} s per side). Medians of the runs' medians; ratio = compilebench / reference.\n"
+    )
+    print("| workload | side | compilebench | per run | reference | per run | ratio | target |")
+    print("| --- | --- | ---: | --- | ---: | --- | ---: | --- |")
+    for i, (label, _, _) in enumerate(workloads):
+        for side in ("eager", "compiled"):
+            mine, theirs = ours.get((i, side)), refs.get((i, side))
+            if not mine or not theirs:
+                print(f"| {label} | {side} | - | - | - | - | - | no result |")
+                continue
+            m, r = statistics.median(mine), statistics.median(theirs)
+            bound = WITHIN_AT_100_US if r >= 0.1 else WITHIN_AROUND_10_US
+            verdict = "ok" if abs(m / r - 1) <= bound else f"OUT (±{bound:.0%})"
+            each_m = ", ".join(_fmt(x) for x in mine)
+            each_r = ", ".join(_fmt(x) for x in theirs)
+            print(f"| {label} | {side} | {_fmt(m)} | {each_m} | {_fmt(r)} | {each_r} | {m / r:.3f} | {verdict} |")
+    for line in not_ok:
+        print(f"\nnot timed: {line}", end="")
+    print()
+
+
+SWITCH_SHAPES = ((512, 256), (64, 64))  # gelu_mlp's x: ~1 ms and ~25 us calls on one core
+SWITCH_SAMPLES = 40  # timed blocks per side in each way of interleaving
+SWITCH_STRETCH_MS, SWITCH_MIN_CALLS, SWITCH_MAX_CALLS = 10.0, 20, 400  # one side's stretch before the switch
+SWITCH_STRETCHES = 60  # stretches per direction; the profile is the median at each position
+SWITCH_POSITIONS = (0, 1, 2, 3, 5, 10, 20, 50, 100)  # calls after the switch that the profile shows
+
+
+def switch_profile(first: Callable[[], Any], then: Callable[[], Any]) -> list[float | None]:
+    """How slow ``then`` is just after ``first``: the median time of ``then``'s k-th call after a
+    stretch of ``first``'s calls (``SWITCH_STRETCH_MS`` long, within the call bounds), over
+    ``SWITCH_STRETCHES`` stretches, for each k of ``SWITCH_POSITIONS``, divided by its steady time
+    (the median over the second half of the stretch); None past the stretch's length."""
+    import gc
+
+    start = time.perf_counter()
+    for _ in range(SWITCH_MIN_CALLS):
+        then()
+    per_call_ms = (time.perf_counter() - start) * 1e3 / SWITCH_MIN_CALLS
+    length = min(SWITCH_MAX_CALLS, max(SWITCH_MIN_CALLS, int(SWITCH_STRETCH_MS / per_call_ms)))
+    times: list[list[float]] = [[] for _ in range(length)]
+    gc.disable()
+    try:
+        for _ in range(SWITCH_STRETCHES):
+            for _ in range(length):
+                first()
+            for position in range(length):
+                start = time.perf_counter()
+                then()
+                times[position].append(time.perf_counter() - start)
+    finally:
+        gc.enable()
+    medians = [statistics.median(t) for t in times]
+    steady = statistics.median(medians[length // 2 :])
+    return [medians[k] / steady if k < length else None for k in SWITCH_POSITIONS]
+
+
+def interleavings(calls: Sequence[Callable[[], Any]], clock: Callable[[], float]) -> dict[str, list[float]]:
+    """Each side's median (ms) by compilebench's CpuTimer: alone, interleaved as the procedure
+    interleaves, and interleaved with one untimed block of the side before each timed block."""
+    timer = CpuTimer(clock)
+    estimates = [timer.estimate(c) for c in calls]
+    block = max(plan(e, TimingConfig(), True).block_size for e in estimates)
+    plans = [plan(e, TimingConfig(repeats=SWITCH_SAMPLES), True, block_size=block) for e in estimates]
+    for call, p in zip(calls, plans, strict=True):
+        timer.warm(call, p.warmup)
+
+    def medians(sides: Any) -> list[float]:
+        return [statistics.median(side.samples_ms) for side in sides]
+
+    def rewarm(call: Callable[[], Any]) -> Callable[[int], None]:
+        def untimed(calls_in_block: int) -> None:  # the timer's per-block setup: outside the timed region
+            for _ in range(calls_in_block):
+                call()
+
+        return untimed
+
+    return {
+        "alone": [medians(timer.interleaved([c], [p], SWITCH_SAMPLES))[0] for c, p in zip(calls, plans, strict=True)],
+        "interleaved (the procedure)": medians(timer.interleaved(calls, plans, SWITCH_SAMPLES)),
+        "interleaved, an untimed block first": medians(
+            timer.interleaved(calls, plans, SWITCH_SAMPLES, [rewarm(c) for c in calls])
+        ),
+    }
+
+
+def section_interleaving() -> None:
+    """What interleaving the sides costs each of them, in this process on one thread: the same
+    eager and compiled callables timed by blocked_autorange (a loop of one side: the reference),
+    by compilebench's CpuTimer alone, interleaved as the procedure does it, and interleaved with
+    an untimed block of the side before each timed block; then how slow a side's calls are just
+    after the other side's. CPU time of this thread (``thread_time``) as well as wall time:
+    preemption by other processes does not enter the former."""
+    torch.set_num_threads(1)
+    print("\n## Interleaving eager and compiled: what a switch between sides costs (this process, 1 thread)\n")
+    print(
+        f"gelu(x @ w + b) + x, inductor, under no_grad. {ROUNDS} rounds; each ratio is the median over rounds of "
+        "(compilebench's CpuTimer / blocked_autorange on the same callable in the same round).\n"
+    )
+    print("| x | clock | way | eager / reference | compiled / reference | reference eager, compiled |")
+    print("| --- | --- | --- | ---: | ---: | --- |")
+    profiles = []
+    for rows, dim in SWITCH_SHAPES:
+        fn, inputs = gelu_mlp(torch.device("cpu"), rows, dim)
+        with torch.no_grad():
+            compiled = torch.compile(fn)
+            compiled(*inputs)
+            calls = [functools.partial(fn, *inputs), functools.partial(compiled, *inputs)]
+            for clock_name, clock in (("thread", time.thread_time), ("wall", time.perf_counter)):
+                ratios: dict[str, list[list[float]]] = {}
+                refs: list[list[float]] = []
+                for _ in range(ROUNDS):
+                    ref = [
+                        tbench.Timer("fn()", globals={"fn": c}, timer=clock)
+                        .blocked_autorange(min_run_time=REFERENCE_MIN_RUN_S)
+                        .median
+                        * 1e3
+                        for c in calls
+                    ]
+                    refs.append(ref)
+                    for way, ms in interleavings(calls, clock).items():
+                        ratios.setdefault(way, []).append([m / r for m, r in zip(ms, ref, strict=True)])
+                shown_ref = ", ".join(_fmt(statistics.median(r[i] for r in refs)) for i in range(2))
+                for way, per_round in ratios.items():
+                    e, c = (statistics.median(r[i] for r in per_round) for i in range(2))
+                    print(f"| {rows}x{dim} | {clock_name} | {way} | {e:.3f} | {c:.3f} | {shown_ref} |")
+            profiles.append((f"{rows}x{dim}", "compiled after eager", switch_profile(calls[0], calls[1])))
+            profiles.append((f"{rows}x{dim}", "eager after compiled", switch_profile(calls[1], calls[0])))
+    print(f"\nA side's k-th call after {SWITCH_STRETCH_MS:g} ms of the other's, / its steady time (wall, medians):\n")
+    print("| x | calls | " + " | ".join(f"k={k}" for k in SWITCH_POSITIONS) + " |")
+    print("| --- | --- |" + " ---: |" * len(SWITCH_POSITIONS))
+    for shape, what, profile in profiles:
+        print(f"| {shape} | {what} | " + " | ".join("-" if x is None else f"{x:.2f}" for x in profile) + " |")
+
+
 def run_cli(spec_text: str, out_dir: Path, name: str) -> dict[str, Any]:
     spec = out_dir / f"{name}.yaml"
     spec.write_text(textwrap.dedent(spec_text))
@@ -255,12 +531,38 @@ def _fmt(ms: float) -> str:
     return f"{ms * 1e3:.2f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
-SECTIONS = {"timers": section_timers, "stability": section_stability, "neighbours": section_neighbours}
+SECTIONS = ("e2e", "timers", "interleaving", "stability", "neighbours")
 
-if __name__ == "__main__":
-    chosen = sys.argv[1:] or list(SECTIONS)
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("sections", nargs="*", help=f"of {', '.join(SECTIONS)} (default: all)")
+    parser.add_argument("--runs", type=int, default=E2E_RUNS, help="e2e: runs of the sweep and of the reference")
+    parser.add_argument("--quick", action="store_true", help=f"e2e: the first {E2E_QUICK} workloads, one run")
+    parser.add_argument("--reference-child", metavar="JSON", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.reference_child:
+        reference_child(json.loads(args.reference_child))
+        return
+    if unknown := [name for name in args.sections if name not in SECTIONS]:
+        parser.error(f"unknown section(s): {', '.join(unknown)} (sections: {', '.join(SECTIONS)})")
+    os.chdir(ROOT)  # Ray's local workers start in the driver's directory: they import benchmarks/ and tasks/ from here
+    os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-fidelity-"))
     print(f"$ python benchmarks/fidelity.py {' '.join(sys.argv[1:])}".rstrip())
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {gpu}")
-    for name in chosen:
-        SECTIONS[name]()
+    print(f"torch {torch.__version__}, {os.cpu_count()} CPUs, {gpu}, load average {os.getloadavg()[0]:.1f} at start")
+    for name in args.sections or SECTIONS:
+        if name == "e2e":
+            section_e2e(args.runs, args.quick)
+        elif name == "timers":
+            section_timers()
+        elif name == "interleaving":
+            section_interleaving()
+        elif name == "stability":
+            section_stability()
+        else:
+            section_neighbours()
+
+
+if __name__ == "__main__":
+    main()

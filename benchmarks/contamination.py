@@ -1,0 +1,229 @@
+"""Does a long-lived worker's history move its numbers? A fixed probe mix timed on a fresh worker,
+then again on the same worker after other experiments.
+
+    python benchmarks/contamination.py            # 3 rounds, 20 other experiments between (~30 min on 2 cores)
+    python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others between
+
+Each round is one ``orchestrator.api.run`` on a local Ray instance of one CPU, so that every
+experiment of the round lands on the same long-lived worker, one after another, in spec order:
+
+1. the probes (``seed.foo3``, ``blocks.mlp``, ``blocks.attention``, ``models.gpt``, each in
+   inference and in training), on the fresh worker;
+2. ``--others`` other experiments (other targets, modes, backends, precisions, dynamic shapes,
+   graph breaks, optimizers: what a sweep leaves in a process);
+3. the probes again. The late copy of a probe differs from the early one only in ``timeout_s``,
+   which is not measured: the spec then holds both under distinct ids.
+
+The result's ``worker.pid`` and ``worker.experiments_before`` show that every experiment of a
+round ran in one process and in which position; a round where they do not is reported as such.
+Per probe and side: the median over rounds of (late median / fresh median); and the graph
+counts (graphs traced, graph breaks, graphs compiled, recompiles, correctness), which must be
+identical. Target: every ratio within 3%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+WITHIN = 0.03  # late/fresh medians must lie within 3% of each other
+PROBE_TIMING = {"warmup_ms": 100, "repeats_ms": 1000}  # per side: ~1 s of samples, for medians steady to ~1%
+LATE_TIMEOUT_S = 1799.0  # the late copy's only difference (the default is 1800 s): another id, nothing measured
+ROUNDS, OTHERS = 3, 20
+QUICK_PROBES, QUICK_OTHERS = 4, 4
+
+# (label, target, params): small sizes, milliseconds per call on one core.
+PROBE_TARGETS: list[tuple[str, str, dict[str, Any]]] = [
+    ("seed.foo3 1024x1024", "seed.foo3", {"shape": [1024, 1024]}),
+    ("blocks.mlp", "blocks.mlp", {}),
+    ("blocks.attention", "blocks.attention", {}),
+    ("models.gpt", "models.gpt", {}),
+]
+PROBES: list[dict[str, Any]] = [
+    {"target": target, "params": params, "phase": phase}
+    for phase in ("inference", "training")
+    for _, target, params in PROBE_TARGETS
+]
+
+# What a varied sweep runs between: each leaves something different behind in the process.
+OTHER_EXPERIMENTS: list[dict[str, Any]] = [
+    {"target": "seed.foo"},
+    {"target": "seed.outer"},
+    {"target": "seed.my_module", "compile": {"method": "module_compile"}},
+    {"target": "seed.bar"},  # a graph break
+    {"target": "seed.bar_fixed", "compile": {"fullgraph": True}},
+    {"target": "seed.foo3", "params": {"shape": [512, 512]}, "compile": {"mode": "max-autotune-no-cudagraphs"}},
+    {"target": "blocks.layernorm_gelu", "params": {"seq": 32}},
+    {"target": "blocks.softmax"},
+    {"target": "blocks.softmax", "phase": "training"},
+    {"target": "blocks.conv_bn_relu"},
+    {"target": "blocks.conv_bn_relu", "phase": "training", "optimizer": "sgd"},
+    {"target": "blocks.transformer_layer", "params": {"seq": 64}},
+    {"target": "blocks.mlp", "phase": "training", "optimizer": "adamw", "compile": {"scope": "step"}},
+    {"target": "blocks.mlp", "precision": "bf16"},
+    {"target": "blocks.attention", "compile": {"dynamic": True}},
+    {"target": "models.gpt", "phase": "training", "params": {"dropout": 0.1}},  # random ops
+    {"target": "seed.foo", "compile": {"backend": "aot_eager"}},
+    {"target": "dynamic.foo3"},  # four shapes: recompiles
+    {"target": "dynamic.foo3", "compile": {"dynamic": True}},
+    {"target": "seed.outer", "compile": {"backend": "eager"}},
+]
+COUNTS = ("graph_count", "graph_breaks", "graphs_compiled", "recompiled", "correct")
+
+
+@dataclass
+class Round:
+    """One round's probe results, early and late, as plain data; whether one process ran it all."""
+
+    fresh: list[dict[str, Any]]
+    late: list[dict[str, Any]]
+    pids: set[int]
+    before: list[int | None]  # worker.experiments_before of each experiment, in spec order
+
+
+def round_spec(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """Probes, others, the probes again (late copies with ``LATE_TIMEOUT_S``), all on the CPU."""
+    timed = [{**p, "timing": PROBE_TIMING} for p in probes]
+    return {
+        "name": f"contamination-{index}",
+        "defaults": {"device": "cpu"},
+        "experiments": [*timed, *others, *({**p, "timeout_s": LATE_TIMEOUT_S} for p in timed)],
+    }
+
+
+def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int, tmp: Path) -> Round:
+    """One round through ``orchestrator.api.run`` on a one-CPU local instance: one worker, in order."""
+    from orchestrator.api import run
+
+    spec = tmp / f"round-{index}.json"
+    spec.write_text(json.dumps(round_spec(probes, others, index)))
+    report = run(spec, tmp / f"round-{index}.report.json", num_cpus=1, overwrite=True)
+    results = [r.model_dump(mode="json") for r in report.results]
+    n = len(probes)
+    return Round(
+        fresh=results[:n],
+        late=results[-n:],
+        pids={r["worker"]["pid"] for r in results if r.get("worker")},
+        before=[(r.get("worker") or {}).get("experiments_before") for r in results],
+    )
+
+
+def side_median(result: dict[str, Any], side: str) -> float | None:
+    timing = result.get(side)
+    return timing["median_ms"] if timing else None
+
+
+def label(probe: dict[str, Any]) -> str:
+    name = next(lbl for lbl, target, params in PROBE_TARGETS if target == probe["target"] and params == probe["params"])
+    return f"{name}, {probe['phase']}"
+
+
+def ratio_cell(rounds: list[Round], i: int, side: str) -> tuple[str, float | None]:
+    ratios = []
+    for r in rounds:
+        fresh, late = side_median(r.fresh[i], side), side_median(r.late[i], side)
+        if fresh and late:
+            ratios.append(late / fresh)
+    if not ratios:
+        return "-", None
+    ratio = statistics.median(ratios)
+    return f"{ratio:.3f} ({', '.join(f'{x:.3f}' for x in ratios)})", ratio
+
+
+def counts(result: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(result.get(key) for key in COUNTS)
+
+
+def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
+    rows = [
+        "| probe | eager: fresh | late/fresh | compiled: fresh | late/fresh | graphs, breaks, compiled, "
+        "recompiled, correct | same counts | target |",
+        "| --- | ---: | --- | ---: | --- | --- | --- | --- |",
+    ]
+    for i, probe in enumerate(probes):
+        cells, worst = [], 0.0
+        for side in ("eager", "compiled"):
+            fresh = [m for r in rounds if (m := side_median(r.fresh[i], side))]
+            shown, ratio = ratio_cell(rounds, i, side)
+            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", shown]
+            worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
+        seen = {counts(r.fresh[i]) for r in rounds} | {counts(r.late[i]) for r in rounds}
+        same = len(seen) == 1
+        shown_counts = " / ".join(", ".join(str(v) for v in c) for c in sorted(seen, key=str))
+        statuses = {r.fresh[i]["status"] for r in rounds} | {r.late[i]["status"] for r in rounds}
+        verdict = "ok" if worst <= WITHIN and same and statuses == {"ok"} else f"OUT (±{WITHIN:.0%}, same counts)"
+        if statuses != {"ok"}:
+            verdict += f"; status {', '.join(sorted(statuses))}"
+        rows.append(
+            f"| {label(probe)} | {' | '.join(cells)} | {shown_counts} | {'yes' if same else 'NO'} | {verdict} |"
+        )
+    return rows
+
+
+def in_own_state() -> None:
+    """Run from the checkout (Ray's local workers start in the driver's directory) with core locks
+    and compile caches of this benchmark's own, apart from any other compilebench process."""
+    os.chdir(ROOT)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-contamination-"))
+
+
+def main() -> None:
+    in_own_state()
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="fresh worker, others, late probes: this many times")
+    parser.add_argument("--others", type=int, default=OTHERS, help=f"experiments between (at most {OTHERS})")
+    parser.add_argument("--quick", action="store_true", help=f"1 round, {QUICK_PROBES} probes, {QUICK_OTHERS} others")
+    args = parser.parse_args()
+    rounds_n = 1 if args.quick else args.rounds
+    probes = PROBES[:QUICK_PROBES] if args.quick else PROBES
+    others = OTHER_EXPERIMENTS[: QUICK_OTHERS if args.quick else min(args.others, len(OTHER_EXPERIMENTS))]
+    load = os.getloadavg()[0]
+
+    import ray
+
+    rounds: list[Round] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for index in range(rounds_n):
+            print(
+                f"round {index + 1}/{rounds_n}: {len(probes)} probes, {len(others)} others, the probes again...",
+                file=sys.stderr,
+                flush=True,
+            )
+            rounds.append(run_round(probes, others, index, Path(tmp)))
+    ray.shutdown()
+
+    print(f"\n`python benchmarks/contamination.py {shlex.join(sys.argv[1:])}`".replace(" `", "`"))
+    print(
+        f"\n{len(probes)} probes on a fresh worker, then after {len(others)} other experiments on the same worker; "
+        f"{rounds_n} round(s), each a new worker (one CPU, one thread). Probe timing {PROBE_TIMING} per side. "
+        f"{os.cpu_count()} cores, load average {load:.1f} at start; Ray {ray.__version__}, "
+        f"Python {platform.python_version()}\n"
+    )
+    for i, r in enumerate(rounds):
+        n = len(probes)
+        one = "one process" if len(r.pids) == 1 else f"NOT one process: pids {sorted(r.pids)}"
+        fresh_pos, late_pos = r.before[:n], r.before[-n:]
+        print(f"round {i + 1}: {one}; experiments before each probe: fresh {fresh_pos}, late {late_pos}")
+    print()
+    print("\n".join(table(probes, rounds)))
+    same_process = all(len(r.pids) == 1 for r in rounds)
+    within = all(row.endswith("| ok |") for row in table(probes, rounds)[2:])
+    verdict = "met" if same_process and within else "NOT met"
+    print(f"\ntarget (every late/fresh median within {WITHIN:.0%}, identical counts, one worker per round): {verdict}")
+
+
+if __name__ == "__main__":
+    main()

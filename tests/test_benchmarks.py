@@ -1,0 +1,95 @@
+"""The benchmark scripts' own logic, without running them: the specs they write load, the scripts
+they start are Python, and their verdicts follow from the figures they are given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import contamination, fidelity, overhead
+from orchestrator.spec import load_spec
+
+
+def _load(tmp_path: Path, spec: dict[str, Any]):
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    return load_spec(path)
+
+
+def test_contamination_round_is_probes_others_then_the_same_probes_under_other_ids(tmp_path: Path) -> None:
+    probes, others = contamination.PROBES, contamination.OTHER_EXPERIMENTS
+    loaded = _load(tmp_path, contamination.round_spec(probes, others, 0))
+    n = len(probes)
+    assert len(loaded.experiments) == 2 * n + len(others) == 2 * 8 + 20
+    fresh, late = loaded.experiments[:n], loaded.experiments[-n:]
+    for early, again in zip(fresh, late, strict=True):
+        assert early.id != again.id  # both kept: the spec refuses the same experiment twice
+        assert early.model_dump(exclude={"timeout_s"}) == again.model_dump(exclude={"timeout_s"})
+        assert early.timing.repeats_ms == contamination.PROBE_TIMING["repeats_ms"]
+    assert {(e.target, e.phase) for e in fresh} == {
+        (t, p) for _, t, _ in contamination.PROBE_TARGETS for p in ("inference", "training")
+    }
+    assert all(e.device == "cpu" for e in loaded.experiments)
+
+
+def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok") -> dict[str, Any]:
+    return {
+        "status": status,
+        "eager": {"median_ms": eager},
+        "compiled": {"median_ms": compiled},
+        "graph_count": graphs,
+        "graph_breaks": 0,
+        "graphs_compiled": graphs,
+        "recompiled": False,
+        "correct": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("late", "verdict"),
+    [
+        (_result(1.02, 0.49), "| ok |"),
+        (_result(1.0, 0.54), "OUT"),  # compiled 8% slower late
+        (_result(1.0, 0.5, graphs=2), "OUT"),  # counts differ
+        (_result(1.0, 0.5, status="incorrect"), "status incorrect"),
+    ],
+)
+def test_contamination_verdict_needs_every_ratio_within_3_percent_and_the_same_counts(
+    late: dict[str, Any], verdict: str
+) -> None:
+    probe = contamination.PROBES[0]
+    rounds = [contamination.Round(fresh=[_result(1.0, 0.5)], late=[late], pids={1}, before=[0, 1])]
+    row = contamination.table([probe], rounds)[2]
+    assert verdict in row
+    assert ("| NO |" in row) == (late["graph_count"] != 1)
+
+
+def test_overhead_workloads_are_valid_specs_and_the_peer_scripts_are_python(tmp_path: Path) -> None:
+    for workload in overhead.WORKLOADS:
+        loaded = _load(tmp_path, {"name": workload, "experiments": overhead.spec_entries(workload, 3)})
+        assert [e.seed for e in loaded.experiments] == [0, 1, 2]
+        assert {e.compile.cache for e in loaded.experiments} == {"cold" if workload == "cold" else "warm"}
+        assert {e.compile.backend for e in loaded.experiments} == {"eager" if workload == "trivial" else "inductor"}
+    for name, source in overhead.PEER_SCRIPTS.items():
+        compile(source, f"{name}.py", "exec")  # a SyntaxError fails the test
+
+
+def test_overhead_per_experiment_is_wall_less_in_task_time_spread_over_the_slots() -> None:
+    run = overhead.Run(wall_s=10.0, in_task_s=[4.0, 4.0, 4.0, 4.0], not_ok=0)
+    assert run.overhead_ms(4) == pytest.approx((10.0 - 16.0 / 4) / 4 * 1e3)
+    text = overhead.table({"compilebench": run, "floor": overhead.Run(6.0, [4.0] * 4, 0)}, 4, "trivial")
+    assert "| trivial | compilebench | 4 | 10.0 | 16.0 | 1500 | 3.00 | 1.67 |" in text
+
+
+def test_fidelity_end_to_end_spec_loads_and_its_own_target_builds(tmp_path: Path) -> None:
+    import torch
+
+    from tasks.targets import build
+
+    loaded = _load(tmp_path, json.loads(fidelity.e2e_spec(fidelity.E2E_WORKLOADS, seed=0)))
+    assert [e.target for e in loaded.experiments] == [t for _, t, _ in fidelity.E2E_WORKLOADS]
+    work = build("benchmarks.fidelity:gelu_mlp", torch.device("cpu"), {"rows": 8, "dim": 4})
+    assert work.fn(*work.inputs).shape == (8, 4)

@@ -3,7 +3,7 @@
     python benchmarks/worker_growth.py                  # 200 experiments, a row every 10; ~10 min on 2 cores
     python benchmarks/worker_growth.py -n 60 -k 5
 
-One ``tasks.hygiene.Worker`` runs experiments in this process, one after another, exactly as a
+One ``tasks.worker.Worker`` runs experiments in this process, one after another, exactly as a
 Ray worker does (the procedure, then ``reset``): the tutorial's targets (``seed.*``) on the CPU,
 compiled by inductor, each with a shape of its own so that every experiment compiles new code,
 as a sweep over shapes and configurations does, against compile caches of its own (a fresh
@@ -35,12 +35,12 @@ import tempfile
 import time
 from typing import Any
 
-from tasks.hygiene import RETIRE, Worker, resident_mb
+from tasks.worker import RETIRE, Worker, resident_mb
 
 # A replacement worker: a fresh process starts a Worker and runs one experiment (argv[1], JSON).
 REPLACEMENT = """
 import json, sys, time
-from tasks.hygiene import Worker
+from tasks.worker import Worker
 worker = Worker({"node_id": None, "gpu_ids": [], "cpus": int(sys.argv[2]), "gpu_model": None})
 result = worker.run(json.loads(sys.argv[1]))
 print(json.dumps({"status": result["status"]}))

@@ -13,7 +13,7 @@ capacity). Tests drive it with made-up nodes and events.
   can use is retired when another shape needs its room (GPU workers make way for CPU ones).
 - **Recycling.** A worker that returns its result with a reason to retire (it ran
   ``max_experiments``, its memory grew past its limit, or its reset raised: see
-  ``tasks.hygiene.Worker``) is replaced; the result stands as the worker made it.
+  ``tasks.worker.Worker``) is replaced; the result stands as the worker made it.
 - **Faults.** A worker that dies mid-experiment (segfault, ``os._exit``, SIGKILL, the kernel's
   OOM killer) sends the experiment back to the front of the queue, up to ``retries`` times,
   then records it ``crashed``; each try counts in ``attempts``. An experiment past

@@ -34,8 +34,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from orchestrator.cluster import describe
 from orchestrator.nodes import Node
 from orchestrator.policy import Start
-from tasks.hygiene import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
 from tasks.models import ErrorInfo, WorkerLimits
+from tasks.worker import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
 
 # What Ray's errors say when an actor or task died with its node (Ray 2.60's GCS and core worker messages).
 NODE_LOST_SIGNS = (
@@ -51,14 +51,14 @@ class Runs(Protocol):
 
 
 # What a worker runs experiments with: built once per actor from its placement (``node_id``,
-# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``). The default is ``tasks.hygiene.Worker`` (the benchmark
+# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``). The default is ``tasks.worker.Worker`` (the benchmark
 # procedure, reset between experiments); tests of the scheduler itself inject a stub that needs
 # no torch.
 Executor = Callable[[dict[str, Any]], Runs]
 
 
 def _default_executor(placement: dict[str, Any]) -> Runs:
-    from tasks.hygiene import Worker
+    from tasks.worker import Worker
 
     return Worker(placement)
 

@@ -11,7 +11,7 @@ Three compiles can happen in one experiment, each from a reset of Dynamo:
 2. **The measured compile**: exactly what the user configured. Its first call is the compile
    latency; its counters say which cache layers hit and which missed (``cache_use``); it is the
    code that is timed. ``compile.cache: cold`` runs it in a fresh process with empty cache
-   directories (``tasks.hygiene``), so every layer misses.
+   directories (``tasks.worker``), so every layer misses.
 3. **The check's compile** (inductor with checking on): the same compile with inductor's
    ``fallback_random`` (its random ops call eager's RNG, so a seed reset gives both sides the same
    dropout masks), as the harness's accuracy runs do. ``fallback_random`` also changes inductor's

@@ -291,7 +291,7 @@ def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_
             return claim_worker_cores(cpus)
 
         isolation.claim_worker_cores = spy
-        from tasks.hygiene import Worker
+        from tasks.worker import Worker
 
         worker = Worker({"cpus": 1})
         claim = isolation._claim

@@ -95,3 +95,72 @@ def test_the_scheduling_policy_and_its_nodes_need_no_ray():
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------ the worker side's import graph
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Which modules of ``package`` each module imports, from its source: every import, those inside
+    functions and under ``TYPE_CHECKING`` included (an import deferred to run time is still a circle)."""
+    import ast
+
+    paths = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in (ROOT / package).rglob("*.py")
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = here.split(".")[: len(here.split(".")) - node.level + 1]
+                    base = ".".join([*parts, *([base] if base else [])])
+                found |= {base, *(f"{base}.{a.name}" for a in node.names)}
+        graph[name] = {m for m in found if m in paths and m != name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle a depth-first walk meets, each as the path that closes it."""
+    found: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        path.append(name)
+        for dep in sorted(graph[name]):
+            if state.get(dep) == 1:
+                found.append([*path[path.index(dep) :], dep])
+            elif dep not in state:
+                visit(dep)
+        path.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
+    return found
+
+
+def test_the_worker_side_has_no_import_circle():
+    assert circles(import_graph("tasks")) == []
+
+
+def test_the_circle_check_finds_one():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c", "a"]]
+
+
+def test_the_worker_side_reads_like_its_flow():
+    """The steps of one experiment each have a module, and the data models import nothing of their side."""
+    graph = import_graph("tasks")
+    steps = {"worker", "reset", "failures", "procedure", "compiling", "sides", "check.outputs", "check.judge"}
+    assert {f"tasks.{s}" for s in steps | {"check.step", "models"}} <= set(graph)
+    assert graph["tasks.models"] == set()
+    assert "tasks.procedure" not in graph["tasks.sides"] | graph["tasks.compiling"]

@@ -1,27 +1,19 @@
 """A long-lived worker: experiments one after another in one process, reset in between.
 
 A worker holds its GPU (or its cores) for life and runs the experiments it is given in turn,
-so that each pays neither a new process, nor ``import torch``, nor CUDA's initialisation.
-What an experiment leaves behind in the process is undone before the next one
-(``reset``): Dynamo's caches and compiled code (``torch._dynamo.reset``), inductor's
-in-process caches, inductor's and Dynamo's configuration, torch's process-wide switches
-(grad mode, default dtype and device, matmul precision, TF32 and cuDNN flags, deterministic
-algorithms), the environment and the working directory as they were when the worker started,
-the RNGs, garbage (a full collection, after which what survived is frozen out of later ones:
-each then scans only what the last experiment left, milliseconds rather than the ~130 ms of a
-full collection in a process holding torch), and, where CUDA has been
-initialised, the CUDA caching allocator's memory and its peak statistics. Cores, affinity,
-thread counts and the compile-cache variables are restored by ``tasks.isolation`` around each
-experiment already.
+so that each pays neither a new process, nor ``import torch``, nor CUDA's initialisation. It
+claims its cores once, before torch starts a thread pool, and every thread and process it starts
+stays on them (``tasks.isolation``). After each experiment it puts the process back as it
+started (``tasks.reset``).
 
 Some experiments must not run in a process that has run others: ``compile.cache: cold`` (a true
 cold compile needs a process that has compiled nothing, with an empty cache directory). The
 worker runs those in a fresh Python process of its own (``run_in_fresh_process``): it inherits
-the environment (``CUDA_VISIBLE_DEVICES`` included: the same GPU), the working directory and
-``sys.path``, and is killed with its parent (``PR_SET_PDEATHSIG``), so that a worker killed
-for a timeout takes it along. A death of that process is reported as a death (``DIED``), the
-worker itself lives on. ``measurement.fresh_process`` stays true only for the first
-experiment of a process; ``worker.experiments_before`` says how many ran before.
+the environment (``CUDA_VISIBLE_DEVICES`` included: the same GPU), the working directory,
+``sys.path`` and the worker's cores, and is killed with its parent (``PR_SET_PDEATHSIG``), so
+that a worker killed for a timeout takes it along. A death of that process is reported as a
+death (``DIED``), the worker itself lives on. ``measurement.fresh_process`` stays true only for
+the first experiment of a process; ``worker.experiments_before`` says how many ran before.
 
 What a reset cannot give back (generated modules kept in ``sys.modules``, allocator arenas,
 cuDNN's autotuner cache) is bounded by replacing the worker: after ``max_experiments``, after
@@ -38,137 +30,21 @@ import ctypes
 import gc
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DIED = "died"  # key of what ``Worker.run`` returns when the experiment's process died: {DIED: ErrorInfo as dict}
+from tasks.failures import DIED
+from tasks.reset import Baseline, reset
+
 RETIRE = "retire"  # key beside a result when the worker must be replaced after it: {..., RETIRE: why}
 PR_SET_PDEATHSIG = 1  # prctl option, from linux/prctl.h
 
-
-def out_of_memory(error: BaseException | None) -> bool:
-    """Whether ``error``, or an exception it was raised from, is ``torch.OutOfMemoryError``
-    (Dynamo and inductor wrap what a compiled call raises)."""
-    import torch
-
-    seen = 0
-    while error is not None and seen < 16:
-        if isinstance(error, torch.OutOfMemoryError):
-            return True
-        error = error.__cause__ or error.__context__
-        seen += 1
-    return False
-
-
-@dataclass(frozen=True)
-class _Switch:
-    """A process-wide torch setting an experiment may change."""
-
-    name: str
-    get: Callable[[], Any]
-    set: Callable[[Any], object]
-
-
-def _switches() -> list[_Switch]:
-    import torch
-
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-
-    def attr(obj: Any, name: str) -> _Switch:
-        return _Switch(name, lambda: getattr(obj, name), lambda v: setattr(obj, name, v))
-
-    return [
-        _Switch("grad", torch.is_grad_enabled, torch.set_grad_enabled),
-        _Switch("dtype", torch.get_default_dtype, torch.set_default_dtype),
-        _Switch("device", torch.get_default_device, torch.set_default_device),
-        _Switch("matmul_precision", torch.get_float32_matmul_precision, torch.set_float32_matmul_precision),
-        _Switch(
-            "deterministic",
-            lambda: (
-                torch.are_deterministic_algorithms_enabled(),
-                torch.is_deterministic_algorithms_warn_only_enabled(),
-            ),
-            lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1]),
-        ),
-        attr(matmul, "allow_tf32"),
-        attr(matmul, "allow_fp16_reduced_precision_reduction"),
-        attr(matmul, "allow_bf16_reduced_precision_reduction"),
-        attr(cudnn, "allow_tf32"),
-        attr(cudnn, "benchmark"),
-        attr(cudnn, "deterministic"),
-    ]
-
-
-class Baseline:
-    """The process's state when the worker started, to return to after each experiment."""
-
-    def __init__(self) -> None:
-        import torch._dynamo.config as dynamo_config
-        import torch._inductor.config as inductor_config
-
-        self.configs = [(m, m.get_config_copy()) for m in (inductor_config, dynamo_config)]
-        self.switches = [(s, s.get()) for s in _switches()]
-        self.environ = dict(os.environ)
-        self.cwd = os.getcwd()
-
-    def restore(self) -> None:
-        """Set back only what differs (setting a config key marks it as overridden by the user)."""
-        for module, saved in self.configs:
-            now = module.get_config_copy()
-            for key, value in saved.items():
-                if not _same(now.get(key), value):
-                    setattr(module, key, value)
-        for switch, value in self.switches:
-            if not _same(switch.get(), value):
-                switch.set(value)
-        if os.environ != self.environ:
-            os.environ.clear()
-            os.environ.update(self.environ)
-        if os.getcwd() != self.cwd:
-            os.chdir(self.cwd)
-
-
-def _same(a: Any, b: Any) -> bool:
-    if a is b:
-        return True
-    try:
-        return bool(a == b)
-    except Exception:  # tensors and other values without a plain truth value
-        return False
-
-
-def reset(baseline: Baseline) -> None:
-    """Undo what an experiment left behind in this process (see the module docstring)."""
-    import numpy as np
-    import torch
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-    from torch._inductor.codecache import PyCodeCache
-    from torch._inductor.utils import clear_caches
-
-    torch._dynamo.reset()
-    clear_caches()  # inductor's lru caches registered to clear on a fresh cache
-    PyCodeCache.cache_clear()  # generated modules loaded in this process
-    counters.clear()
-    baseline.restore()
-    torch.manual_seed(0)  # every experiment seeds itself too; this leaves no trace of the last one
-    random.seed(0)
-    np.random.seed(0)
-    gc.collect()
-    gc.freeze()  # what survived lives as long as the worker (modules imported on first use): out of later collections
-    if torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-        torch.cuda.reset_accumulated_memory_stats()
+__all__ = ["DIED", "RETIRE", "Worker", "resident_mb", "run_in_fresh_process", "run_payload"]
 
 
 def resident_mb() -> float | None:
@@ -278,7 +154,7 @@ def run_in_fresh_process(payload: dict[str, Any], placement: dict[str, Any]) -> 
     with tempfile.TemporaryDirectory(prefix="compilebench-fresh-") as tmp:
         out = Path(tmp) / "result.json"
         proc = subprocess.run(
-            [sys.executable, "-m", "tasks.hygiene", str(os.getpid()), str(out)],
+            [sys.executable, "-m", "tasks.worker", str(os.getpid()), str(out)],
             input=json.dumps({"payload": payload, "placement": placement}),
             text=True,
             env=env,
@@ -300,7 +176,7 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _main(argv: list[str]) -> None:
-    """``python -m tasks.hygiene PARENT_PID RESULT_PATH``, the request on stdin."""
+    """``python -m tasks.worker PARENT_PID RESULT_PATH``, the request on stdin."""
     parent, out = int(argv[0]), Path(argv[1])
     _die_with_parent(parent)
     from tasks.isolation import inherit_claim

@@ -134,7 +134,7 @@ def run_compilebench(exps: list[Experiment], cluster: ClusterInfo, gpus: int) ->
 
 def run_plain(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
     def task(payload: dict[str, Any]) -> dict[str, Any]:
-        from tasks.hygiene import run_payload
+        from tasks.worker import run_payload
 
         return run_payload(payload, _placement())
 
@@ -151,7 +151,7 @@ def run_plain(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
 @ray.remote(num_gpus=1, num_cpus=1)
 class FloorActor:
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from tasks.hygiene import run_payload
+        from tasks.worker import run_payload
 
         return run_payload(payload, _placement())
 
@@ -181,7 +181,7 @@ def run_tune(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
     payloads = [e.model_dump(mode="json") for e in exps]
 
     def trainable(config: dict[str, Any]) -> None:
-        from tasks.hygiene import run_payload
+        from tasks.worker import run_payload
 
         result = run_payload(payloads[config["index"]], _placement())
         tune.report({k: result[k] for k in ("started_at", "finished_at", "status")})
@@ -234,7 +234,7 @@ FLOOR_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
     @ray.remote(num_gpus=1, num_cpus=1)
     class Runner:
         def run(self, payload):
-            from tasks.hygiene import run_in_fresh_process, run_payload
+            from tasks.worker import run_in_fresh_process, run_payload
 
             if payload["compile"]["cache"] == "cold":  # a fresh process, as compilebench's worker starts one
                 return run_in_fresh_process(payload, placement())
@@ -259,7 +259,7 @@ PLAIN_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
 
     @ray.remote(num_gpus=1, num_cpus=1, max_calls=1, max_retries=0, runtime_env={"env_vars": {"PLAIN": "1"}})
     def run(payload):
-        from tasks.hygiene import run_payload
+        from tasks.worker import run_payload
 
         return run_payload(payload, placement())  # a process of its own: fresh for cache: cold too
 
@@ -274,7 +274,7 @@ TUNE_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
 
 
     def trainable(config):
-        from tasks.hygiene import run_payload
+        from tasks.worker import run_payload
 
         result = run_payload(payloads[config["index"]], placement())
         tune.report({k: result[k] for k in ("started_at", "finished_at", "status")})

@@ -230,8 +230,6 @@ def environment(cluster: ClusterInfo | None, results: Sequence[Result] = ()) -> 
     recorded). Each node carries the torch and Triton versions its workers reported; nodes
     that disagree are named in ``warnings``.
     """
-    import torch
-
     nodes = list(cluster.nodes) if cluster else []
     if cluster is not None and ray.is_initialized():
         ran_on = {r.worker.node_id for r in results if r.worker and r.worker.node_id}
@@ -239,7 +237,7 @@ def environment(cluster: ClusterInfo | None, results: Sequence[Result] = ()) -> 
     nodes = with_versions(nodes, results)
     return Environment(
         python=platform.python_version(),
-        torch=torch.__version__,
+        torch=_installed("torch"),  # the driver never imports torch for this
         ray=ray.__version__,
         platform=platform.platform(),
         cluster_address=cluster.address if cluster else None,
@@ -285,3 +283,13 @@ def version_warnings(nodes: Sequence[Node]) -> list[str]:
             listed = "; ".join(f"{v} on {', '.join(sorted(hosts))}" for v, hosts in sorted(by_version.items()))
             warnings.append(f"nodes disagree on the {key} version, so their results may not compare: {listed}")
     return warnings
+
+
+def _installed(name: str) -> str:
+    """The version of an installed distribution, from its metadata (nothing imported); "" if absent."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""

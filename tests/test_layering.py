@@ -80,8 +80,15 @@ def test_reading_a_report_imports_neither_torch_nor_ray():
     assert imported_by(*lines) == {"torch": False, "ray": False}
 
 
-def test_validate_pays_for_torch_but_never_for_ray():
-    assert imported_by(["validate", str(ROOT / "examples" / "seed.yaml")]) == {"torch": True, "ray": False}
+def test_validate_of_the_shipped_backends_and_modes_imports_neither_torch_nor_ray():
+    assert imported_by(["validate", str(ROOT / "examples" / "seed.yaml")]) == {"torch": False, "ray": False}
+
+
+def test_validate_pays_for_torch_only_for_a_name_torch_must_confirm(write_spec):
+    spec = write_spec(
+        "name: x\nexperiments:\n  - target: seed.foo\n    compile: {backend: aot_eager_decomp_partition}\n"
+    )
+    assert imported_by(["validate", str(spec)]) == {"torch": True, "ray": False}
 
 
 def test_the_scheduling_policy_and_its_nodes_need_no_ray():

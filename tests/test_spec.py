@@ -341,3 +341,13 @@ def test_a_user_target_module_that_cannot_be_imported(write_spec, tmp_path, monk
         "spec.yaml: experiments[0].target: cannot import module 'broken_target' of target "
         f"'broken_target:make': {expected}"
     )
+
+
+def test_the_names_validated_without_torch_are_torchs_own():
+    import torch._dynamo
+    import torch._inductor
+
+    from orchestrator.spec import SHIPPED_BACKENDS, SHIPPED_MODES
+
+    assert set(SHIPPED_BACKENDS) <= set(torch._dynamo.list_backends(exclude_tags=()))
+    assert set(SHIPPED_MODES) <= set(torch._inductor.list_mode_options())

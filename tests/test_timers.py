@@ -8,6 +8,7 @@ import torch
 from tasks.models import TimingConfig
 from tasks.timers import (
     CUDAGRAPH_MIN_WARMUP,
+    SETTLE_BLOCKS,
     CpuTimer,
     CudaTimer,
     Plan,
@@ -18,12 +19,15 @@ from tasks.timers import (
 
 
 class Clock:
-    """A clock that only moves when a fake call says so."""
+    """A clock that only moves when a fake call says so; given a ``log``, each reading is logged as ``|``."""
 
-    def __init__(self):
+    def __init__(self, log=None):
         self.now = 0.0
+        self.log = log
 
     def __call__(self):
+        if self.log is not None:
+            self.log.append("|")
         return self.now
 
     def call(self, name, log, seconds):
@@ -35,17 +39,22 @@ class Clock:
 
 
 def test_interleaved_alternates_sides_block_by_block():
-    clock, log = Clock(), []
+    """Each side's timed block (between two clock readings, ``|``) comes right after an untimed block of
+    the same side, of the same size: the settling calls are not in any sample."""
+    log = []
+    clock = Clock(log)
     timer = CpuTimer(clock=clock)
     eager, compiled = clock.call("e", log, 0.003), clock.call("c", log, 0.001)
     sides = timer.interleaved([eager, compiled], [Plan(0, 3, 2), Plan(0, 3, 1)], rounds=3)
-    assert "".join(log) == "eec" * 3
+    assert "".join(log) == "ee|ee|c|c|" * 3
     assert [s.samples_ms for s in sides] == [pytest.approx([3.0] * 3), pytest.approx([1.0] * 3)]
     assert all(s.device_samples_ms is None and s.host_bound is None for s in sides)  # no device on the CPU
 
 
-def test_setup_runs_before_each_block_with_its_size_outside_the_timed_region():
-    clock, log = Clock(), []
+def test_setup_runs_before_each_round_for_all_its_calls_outside_the_timed_region():
+    """One setup per round, asked for the round's calls: the untimed settling block and the timed one."""
+    log = []
+    clock = Clock(log)
     timer = CpuTimer(clock=clock)
 
     def setup(size):
@@ -53,8 +62,35 @@ def test_setup_runs_before_each_block_with_its_size_outside_the_timed_region():
         clock.now += 1.0  # slow, but untimed
 
     (side,) = timer.interleaved([clock.call("f", log, 0.002)], [Plan(0, 2, 3)], rounds=2, setups=[setup])
-    assert log == ["setup3", "f", "f", "f"] * 2
+    assert log == ["setup6", "f", "f", "f", "|", "f", "f", "f", "|"] * 2
     assert side.samples_ms == pytest.approx([2.0, 2.0])
+
+
+def test_each_timed_block_is_preceded_by_an_untimed_block_of_the_same_side_on_the_same_inputs():
+    """Two sides cycling through 3 inputs, blocks of 2, 3 rounds: before each timed block (between two
+    clock readings, ``|``), as many untimed calls of the same side on the input the block starts with
+    (``peek``, which does not move on); the samples hold the timed calls only."""
+    from tasks.targets import CycleCall
+
+    log = []
+    clock = Clock(log)
+
+    def side(name, ms):
+        def fn(x):
+            log.append(f"{name}{x}")
+            clock.now += (x + 1) * ms / 1e3
+
+        return fn
+
+    sides = [CycleCall(side("e", 1.0), [(i,) for i in range(3)]), CycleCall(side("c", 0.5), [(i,) for i in range(3)])]
+    for call in sides:
+        call()  # a warmup call: the timed rounds still start at the first input
+    log.clear()
+    timed = CpuTimer(clock=clock).interleaved(sides, [Plan(0, 3, 2)] * 2, 3, [s.start_round for s in sides])
+    rounds = [f"e{a} e{a} | e{a} e{b} | c{a} c{a} | c{a} c{b} |" for a, b in ((0, 1), (2, 0), (1, 2))]
+    assert log == " ".join(rounds).split()
+    assert [s.samples_ms for s in timed] == [pytest.approx([1.5, 2.0, 2.5]), pytest.approx([0.75, 1.0, 1.25])]
+    assert [call.position for call in sides] == [6, 6]  # the settling calls did not move the cycle on
 
 
 def test_block_timer_on_a_call_of_a_few_microseconds():
@@ -67,7 +103,7 @@ def test_block_timer_on_a_call_of_a_few_microseconds():
     assert p.block_size == 200  # 200 calls of 5 us make a 1 ms sample
     log.clear()
     (side,) = timer.interleaved([fn], [p], p.repeats)
-    assert len(log) == 4 * 200
+    assert len(log) == (1 + SETTLE_BLOCKS) * 200 * 4  # each timed block preceded by an untimed one
     assert side.samples_ms == pytest.approx([0.005] * 4)  # per-call time, not block time
 
 
@@ -198,7 +234,7 @@ def test_events_method_records_events_around_each_call_and_synchronises_once_at_
     assert [s.samples_ms for s in sides] == [[3.0, 3.0], [1.0, 1.0]]
     assert [s.device_samples_ms for s in sides] == [[3.0, 3.0], [1.0, 1.0]]  # the samples are device times
     assert sides[0].host_bound is None  # no wall time taken: not judged
-    window = ["flush", "record", "e", "record", "flush", "record", "c", "record"]
+    window = ["e", "flush", "record", "e", "record", "c", "flush", "record", "c", "record"]  # an untimed call first
     assert gpu.log == ["sync", *window, *window, "sync"]  # drain the warmup, then one sync at the end
     assert timer.method == "cuda_events"
 
@@ -208,9 +244,11 @@ def test_wall_method_synchronises_around_each_timed_call_then_takes_its_device_t
     timer = cuda_timer(gpu, "wall")
     (side,) = timer.interleaved([gpu.side("f", kernels=2, launch_ms=0.1, kernel_ms=1.0)], [Plan(0, 2)], 2)
     calibrate = ["sync", "record", "spin", "record", "sync"]  # cycles of torch.cuda._sleep per ms, once
-    one_round = ["sync", "f", "sync", "spin", "record", "f", "record"]
+    one_round = ["f", "sync", "f", "sync", "spin", "record", "f", "record"]  # an untimed call first
     assert gpu.log == [*calibrate, *one_round, *one_round, "sync"]
-    assert side.samples_ms == pytest.approx([2.1, 2.1])  # 0.1 ms launch, then two 1 ms kernels
+    assert side.samples_ms == pytest.approx(
+        [2.1, 2.1]
+    )  # 0.1 ms launch, then two 1 ms kernels; the settling call drained before
     assert side.device_samples_ms == pytest.approx([2.0, 2.0])  # the kernels alone
     assert side.host_bound is False
     assert timer.method == "wall"
@@ -255,7 +293,7 @@ def test_cuda_timer_without_flush_touches_no_buffer(monkeypatch):
     gpu = FakeGpu(monkeypatch)
     timer = cuda_timer(gpu, "events")
     timer.interleaved([gpu.side("e", kernel_ms=2.0)], [Plan(0, 1)], rounds=1)
-    assert gpu.log == ["sync", "record", "e", "record", "sync"]
+    assert gpu.log == ["sync", "e", "record", "e", "record", "sync"]
     assert timer._flush_buffer is None
 
 
@@ -305,7 +343,8 @@ def test_both_sides_see_the_same_input_in_the_same_round_whatever_their_warmup()
             Measurement(timer="perf_counter"),
             watch,
         )
-    assert seen == {"eager": [0, 1, 2], "compiled": [0, 1, 2]}  # the calls made in the timed rounds
+    # the calls made in the timed rounds: each round's untimed call on the input the round times, then the timed one
+    assert seen == {"eager": [0, 0, 1, 1, 2, 2], "compiled": [0, 0, 1, 1, 2, 2]}
 
 
 def test_cuda_sides_record_device_time_host_bound_peak_memory_and_cudagraph_use(monkeypatch):
@@ -360,8 +399,9 @@ SHAPES = 4
 class Shapes:
     """A side called on ``SHAPES`` input shapes in turn, as a cycling call takes them: the first timed
     round starts at the first shape, each later round where the last left off; ``repeat`` calls the
-    last shape again. Shape ``i`` launches one kernel of ``(i + 1) * ms`` after 0.1 ms of host time,
-    so a sample tells which shape it timed. Logs each call (``e0``: side ``e``, shape 0) and each setup."""
+    last shape again, ``peek`` the next one without moving on. Shape ``i`` launches one kernel of
+    ``(i + 1) * ms`` after 0.1 ms of host time, so a sample tells which shape it timed. Logs each call
+    (``e0``: side ``e``, shape 0) and each setup."""
 
     LAUNCH_MS = 0.1
 
@@ -380,6 +420,9 @@ class Shapes:
     def repeat(self):
         self._call((self.position - 1) % SHAPES)
 
+    def peek(self):
+        self._call(self.position % SHAPES)
+
     def start_round(self, calls):
         self.setups.append(calls)
         if not self.timed:
@@ -391,8 +434,9 @@ class Shapes:
 
 def test_every_shape_is_timed_as_often_by_the_wall_and_the_device_samples_of_both_sides(monkeypatch):
     """4 shapes, 8 rounds: each side's wall samples and device samples both see every shape twice,
-    the device sample of a round times the shape its wall sample timed, and both sides see the same
-    shape in the same round. Each side's inputs move on once per round (one setup, for its two calls)."""
+    the device sample of a round times the shape its wall sample timed, the untimed settling call
+    before them runs on that shape too, and both sides see the same shape in the same round. Each
+    side's inputs move on once per round (one setup, for its three calls)."""
     gpu = FakeGpu(monkeypatch)
     sides = [Shapes(gpu, "e", 1.0), Shapes(gpu, "c", 0.25)]
     for side in sides:
@@ -404,36 +448,41 @@ def test_every_shape_is_timed_as_often_by_the_wall_and_the_device_samples_of_bot
         wall = [side.shape(ms - Shapes.LAUNCH_MS) for ms in samples.samples_ms]
         device = [side.shape(ms) for ms in samples.device_samples_ms]
         assert wall == device == [0, 1, 2, 3] * 2
-        assert side.setups == [2] * 8
+        assert side.setups == [3] * 8
     calls = [entry for entry in gpu.log if entry[0] in "ec"]
-    assert calls == [f"{name}{shape}" for shape in [0, 1, 2, 3] * 2 for name in ("e", "e", "c", "c")]
+    assert calls == [f"{name}{shape}" for shape in [0, 1, 2, 3] * 2 for name in ("e", "e", "e", "c", "c", "c")]
 
 
 def test_every_shape_is_timed_as_often_by_the_events_of_both_sides(monkeypatch):
+    """Each round's untimed settling call runs on the shape the round's events time (one setup for both)."""
     gpu = FakeGpu(monkeypatch)
     sides = [Shapes(gpu, "e", 1.0), Shapes(gpu, "c", 0.25)]
     timed = cuda_timer(gpu, "events").interleaved(sides, [Plan(0, 8)] * 2, 8, [s.start_round for s in sides])
     for side, samples in zip(sides, timed, strict=True):
         assert [side.shape(ms) for ms in samples.samples_ms] == [0, 1, 2, 3] * 2
-        assert side.setups == [1] * 8
+        assert side.setups == [2] * 8
+    rounds = [[f"{name}{shape}", "record", f"{name}{shape}", "record"] for shape in [0, 1, 2, 3] * 2 for name in "ec"]
+    assert gpu.log == ["sync", *[entry for side_round in rounds for entry in side_round], "sync"]
 
 
-def test_wall_rounds_make_fresh_inputs_for_both_calls_before_either_is_timed(monkeypatch):
-    """A side whose inputs never change has no ``repeat``: the device sample calls it again; the one
-    setup per round asks for both calls' inputs, before the wall sample's synchronisation."""
+def test_wall_rounds_make_fresh_inputs_for_all_three_calls_before_the_first(monkeypatch):
+    """A side whose inputs never change has no ``repeat`` nor ``peek``: the settling call and the
+    device sample call it again; the one setup per round asks for the inputs of all three calls,
+    before the untimed settling call."""
     gpu = FakeGpu(monkeypatch)
     cuda_timer(gpu, "wall").interleaved(
         [gpu.side("f")], [Plan(0, 2)], 2, [lambda calls: gpu.log.append(f"setup{calls}")]
     )
-    one_round = ["setup2", "sync", "f", "sync", "spin", "record", "f", "record"]
+    one_round = ["setup3", "f", "sync", "f", "sync", "spin", "record", "f", "record"]
     assert gpu.log[5:] == [*one_round, *one_round, "sync"]
 
 
 def test_cycling_workload_through_time_sides_times_every_shape_on_both_timers(monkeypatch):
     """The procedure's own cycling call and fresh input copies (a target that mutates its inputs):
-    every shape timed as often by the wall and the device samples, and no copy made inside a
-    timed region."""
-    import tasks.targets
+    every shape timed as often by the wall and the device samples, each round's untimed settling
+    call on the shape the round times, and no copy made from a round's settling call to its last
+    event."""
+    import tasks.targets.workload
     from tasks.dynamo_watch import DynamoWatch
     from tasks.models import Measurement
     from tasks.sides import time_sides
@@ -443,8 +492,8 @@ def test_cycling_workload_through_time_sides_times_every_shape_on_both_timers(mo
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 0)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
-    copy = tasks.targets.copy_inputs
-    monkeypatch.setattr(tasks.targets, "copy_inputs", lambda inputs: gpu.log.append("copy") or copy(inputs))
+    copy = tasks.targets.workload.copy_inputs  # where FreshInputs looks it up
+    monkeypatch.setattr(tasks.targets.workload, "copy_inputs", lambda inputs: gpu.log.append("copy") or copy(inputs))
 
     def side(name, ms):
         def fn(shape):
@@ -475,5 +524,9 @@ def test_cycling_workload_through_time_sides_times_every_shape_on_both_timers(mo
     rounds = gpu.log[gpu.log.index("spin") + 3 :]  # after the spin's calibration: the timed rounds,
     rounds = rounds[: len(rounds) - rounds[::-1].index("record")]  # up to the last one's last event
     calls = [i for i, entry in enumerate(rounds) if entry[0] in "ec" and entry[1:].isdigit()]
-    assert len(calls) == 2 * 2 * 8
-    assert all(rounds[i - 1] in ("sync", "record") for i in calls)  # no copy between a call and its clock
+    assert "copy" in rounds  # the copies are seen
+    assert len(calls) == 3 * 2 * 8  # settling, wall and device calls, of 2 sides, in 8 rounds
+    for settle, wall, device in zip(calls[::3], calls[1::3], calls[2::3], strict=True):
+        assert rounds[settle] == rounds[wall] == rounds[device]  # one side, one shape
+        assert (rounds[wall - 1], rounds[device - 1], rounds[device + 1]) == ("sync", "record", "record")
+        assert "copy" not in rounds[settle : device + 2]  # every copy made before the round's first call

@@ -37,11 +37,12 @@ from tasks.models import TimingConfig
 
 Clock = Callable[[], float]
 # One call of a side. A call whose inputs change from call to call (``tasks.targets.CycleCall``)
-# also has ``repeat()``: the call once more on the inputs of its last call, without moving on.
+# also has ``repeat()``: the call once more on the inputs of its last call, without moving on; and
+# ``peek()``: the call on the inputs its next call will take, without moving on.
 Call = Callable[[], Any]
 # Run once per round of each side, before the round's first call and outside the timed region,
-# with the number of calls the side makes in the round (a block's size; 2 in CUDA ``wall`` mode):
-# a round of a cycling call moves on to its next inputs here, fresh input copies are made here.
+# with the number of calls the side makes in the round, untimed settling calls included (twice a
+# block on the CPU; 3 in CUDA ``wall`` mode, 2 in ``events``): fresh input copies are made here.
 Setup = Callable[[int], None]
 
 # A CPU call shorter than this is timed in blocks: perf_counter's own cost (~50 ns) and the
@@ -56,6 +57,15 @@ CUDAGRAPH_MIN_WARMUP = 3  # reduce-overhead records its CUDA graphs over the fir
 # budgets (warmup=25 ms, rep=100 ms), so that clocks settle, and never fewer than 10 samples.
 CPU_WARMUP, CPU_REPEATS = 3, 10
 CUDA_WARMUP_MS, CUDA_REPEATS_MS, CUDA_MIN_REPEATS = 25.0, 100.0, 10
+
+# A side's first calls after the other side's run slow (caches, branch predictors and the
+# allocator's free lists hold the other side's state): measured on a 2-core CPU with torch 2.13
+# (``python benchmarks/fidelity.py interleaving``), gelu(x @ w + b) + x at 64x64 takes 3.1-4.6x its
+# steady time on the first call after a switch, 1.1-1.3x on the second, within 2-4% from the
+# fifth; at 512x256, 1.2-1.3x then within 4%. Timed right after a switch, both sides read 3-8% slow
+# against blocked_autorange on the same callable; with one untimed block first, within 1%. So each
+# timed block of a side is preceded by as many untimed calls of the same side, on the same inputs.
+SETTLE_BLOCKS = 1
 
 HOST_BOUND_RATIO = 1.2  # wall median above 1.2x the device median: the GPU idles >1/6 of the call
 SPIN_CALIBRATION_CYCLES = 1_000_000  # torch.cuda._sleep cycles timed once to learn cycles per ms
@@ -193,11 +203,13 @@ class CpuTimer:
     ) -> list[SideSamples]:
         """``rounds`` rounds of one timed block per side, in turn (warmup is ``warm``'s job).
 
-        Method: ``perf_counter`` before and after a block of ``block_size`` calls; the sample
-        is the block time divided by the block size. CPU kernels have finished when a call
-        returns, so no synchronisation is needed. Side A's block, side B's block, A, B…: a
-        change in clock speed or load during the measurement hits both sides alike. The
-        garbage collector is paused throughout (``gc_paused``).
+        Method: per round and side, ``setup`` once, then an untimed block of the same side on the
+        inputs the timed block starts with (``SETTLE_BLOCKS``: a side's first calls after the other
+        side's run slow), then ``perf_counter`` before and after a block of ``block_size`` calls;
+        the sample is the block time divided by the block size. CPU kernels have finished when a
+        call returns, so no synchronisation is needed. Side A's block, side B's block, A, B…: a
+        change in clock speed or load during the measurement hits both sides alike. The garbage
+        collector is paused throughout (``gc_paused``).
         """
         samples: list[list[float]] = [[] for _ in fns]
         setups = setups or [None] * len(fns)
@@ -205,7 +217,10 @@ class CpuTimer:
             for _ in range(rounds):
                 for fn, p, out, setup in zip(fns, plans, samples, setups, strict=True):
                     if setup is not None:
-                        setup(p.block_size)
+                        setup((1 + SETTLE_BLOCKS) * p.block_size)
+                    settle = peek(fn)
+                    for _ in range(SETTLE_BLOCKS * p.block_size):
+                        settle()
                     start = self.clock()
                     for _ in range(p.block_size):
                         fn()
@@ -280,7 +295,10 @@ class CudaTimer:
         With ``flush_l2`` a 256 MB buffer is zeroed before each timed call, outside the timed
         region, so no call finds its inputs in L2. The garbage collector is paused throughout.
 
-        ``wall``: per round and side, ``setup(2)`` once (the round makes two calls), then (1) the
+        Every round of a side starts with one untimed call of that side on the inputs its round
+        times (``SETTLE_BLOCKS``: a side's first call after the other side's runs slow).
+
+        ``wall``: per round and side, ``setup(3)`` once (the round makes three calls), then (1) the
         wall sample: synchronise, ``perf_counter``, call, synchronise, ``perf_counter``; (2) the
         device sample: a spin kernel (``torch.cuda._sleep``) lasting 1.5x the host time the wall
         call took to launch its work, then an event pair around the same call again, on the same
@@ -303,7 +321,9 @@ class CudaTimer:
             for _ in range(rounds):
                 for fn, setup, wall, pairs in zip(fns, setups, walls, events, strict=True):
                     if setup is not None:
-                        setup(2)
+                        setup(2 + SETTLE_BLOCKS)  # settling, the wall sample, the device sample
+                    for _ in range(SETTLE_BLOCKS):
+                        peek(fn)()
                     again = repeat(fn)
                     self._flush()
                     wall_ms, launch_ms = self._wall_call(fn)
@@ -333,7 +353,9 @@ class CudaTimer:
             for i in range(rounds):
                 for fn, side, setup in zip(fns, events, setups, strict=True):
                     if setup is not None:
-                        setup(1)
+                        setup(1 + SETTLE_BLOCKS)
+                    for _ in range(SETTLE_BLOCKS):
+                        peek(fn)()
                     self._flush()
                     start, end = side[i]
                     start.record()
@@ -380,6 +402,13 @@ def repeat(fn: Call) -> Call:
     inputs never change."""
     again: Call = getattr(fn, "repeat", fn)
     return again
+
+
+def peek(fn: Call) -> Call:
+    """``fn`` on the inputs its next call will take, without moving on: its ``peek``, or ``fn``
+    itself when its inputs never change."""
+    ahead: Call = getattr(fn, "peek", fn)
+    return ahead
 
 
 def _event() -> Any:

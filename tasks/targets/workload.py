@@ -59,6 +59,11 @@ class CycleCall:
         self.position += 1
         return self.fn(*inputs)
 
+    def peek(self) -> Any:
+        """``fn`` on the inputs the next call will take, without moving on: a timer's untimed
+        settling call before a timed block times what the block starts with."""
+        return self.fn(*self.sets[self.position % len(self.sets)])
+
     def repeat(self) -> Any:
         """``fn`` once more on the inputs of the last call, without moving on: the device-time call
         of a CUDA wall round times the input its wall sample timed."""

@@ -188,7 +188,7 @@ def test_hf_causal_lm_without_transformers_is_a_runtime_error_result(monkeypatch
     monkeypatch.setitem(sys.modules, "transformers", None)
     r = run_experiment(Experiment(target="hf.causal_lm", device="cpu", compile={"backend": "eager"}))
     assert r.status == "runtime_error"
-    assert r.error is not None and r.error.type == "tasks.targets.TargetError"
+    assert r.error is not None and r.error.type == "tasks.targets.registry.TargetError"
     assert "pip install transformers" in r.error.message
 
 

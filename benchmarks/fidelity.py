@@ -64,7 +64,7 @@ ROUNDS = 7  # ours, reference, ours, reference...: each ratio pairs neighbours i
 E2E_RUNS = 3  # runs of the whole sweep, each followed by a fresh reference process per workload
 E2E_TIMING = {"warmup_ms": 50, "repeats_ms": 300}  # per side in each run; the reference's budget below
 E2E_REFERENCE_MIN_RUN_S = 0.3  # blocked_autorange's measuring time per side and round in the reference
-E2E_REFERENCE_ROUNDS = 3  # eager, compiled, eager, compiled...: the median of each side's rounds
+E2E_REFERENCE_ROUNDS = 5  # eager, compiled, eager, compiled...: the median of each side's rounds
 WITHIN_AT_100_US, WITHIN_AROUND_10_US = 0.05, 0.15  # the fidelity targets, by the reference's median
 
 
@@ -246,10 +246,13 @@ def e2e_run(workloads: list[tuple[str, str, dict[str, Any]]], out_dir: Path, ind
     return list(report.results)
 
 
-def e2e_reference(target: str, params: dict[str, Any], threads: int, seed: int) -> dict[str, float]:
+def e2e_reference(
+    target: str, params: dict[str, Any], threads: int, seed: int, cores: list[int] | None = None
+) -> dict[str, float]:
     """Eager and compiled medians (ms) of ``target`` from ``blocked_autorange`` in a fresh process
-    (``--reference-child``) at ``threads`` threads."""
-    request = json.dumps({"target": target, "params": params, "threads": threads, "seed": seed})
+    (``--reference-child``) at ``threads`` threads, on the cores the worker was pinned to and with
+    the C allocator set as the worker set it (``timing.allocator: steady``, the default)."""
+    request = json.dumps({"target": target, "params": params, "threads": threads, "seed": seed, "cores": cores})
     cmd = [sys.executable, str(Path(__file__).resolve()), "--reference-child", request]
     done = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
     medians: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -260,8 +263,12 @@ def reference_child(request: dict[str, Any]) -> None:
     """In a fresh process: build the target as the worker does (seeded), compile it with
     ``torch.compile``'s defaults, under ``no_grad`` with modules in ``eval()``, and time both
     sides by ``blocked_autorange`` in alternating rounds; print the medians as JSON."""
+    from tasks.isolation import pin, set_allocator
     from tasks.targets import build
 
+    if request.get("cores"):
+        pin(request["cores"])  # every thread of this process, as a worker pins itself
+    set_allocator("steady")  # as the worker times: glibc heap-only, never trimmed
     torch.set_num_threads(request["threads"])
     torch.manual_seed(request["seed"])
     work = build(request["target"], torch.device("cpu"), request["params"])
@@ -300,7 +307,8 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
                 threads_seen.add(threads)
                 ours.setdefault((i, "eager"), []).append(result.eager.median_ms)
                 ours.setdefault((i, "compiled"), []).append(result.compiled.median_ms)
-                ref = e2e_reference(target, params, threads, seed)
+                cores = list(result.measurement.cores) if result.measurement is not None else []
+                ref = e2e_reference(target, params, threads, seed, cores)
                 for side in ("eager", "compiled"):
                     refs.setdefault((i, side), []).append(ref[side])
         import ray
@@ -313,7 +321,8 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
     print(
         f"{runs} run(s) of the sweep (one worker, experiments one at a time; timing {E2E_TIMING}); after each, "
         f"every workload in a fresh process by blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds of "
-        f"{E2E_REFERENCE_MIN_RUN_S} s per side). Medians of the runs' medians; ratio = compilebench / reference.\n"
+        f"{E2E_REFERENCE_MIN_RUN_S} s per side), pinned to the worker's core with the worker's allocator "
+        "setting. Medians of the runs' medians; ratio = compilebench / reference.\n"
     )
     print("| workload | side | compilebench | per run | reference | per run | ratio | target |")
     print("| --- | --- | ---: | --- | ---: | --- | ---: | --- |")

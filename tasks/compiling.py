@@ -68,7 +68,7 @@ def eager_callable(fn: Callable[..., Any], cfg: CompileConfig) -> Callable[..., 
     return fn
 
 
-def check_scope(work: Workload, cfg: CompileConfig) -> None:
+def check_scope(cfg: CompileConfig) -> None:
     """Raise for a scope and method that cannot go together, before anything compiles."""
     if cfg.scope == "step" and cfg.method == "module_compile":
         raise TypeError("compile.scope 'step' compiles a step function; it cannot go with method 'module_compile'")
@@ -83,7 +83,7 @@ def compiled_target(work: Workload, run: PhaseRun, cfg: CompileConfig) -> Callab
 def compiled_callable(work: Workload, run: PhaseRun, cfg: CompileConfig) -> Callable[..., Any]:
     """The compiled side's call: the phase's step around the compiled target (``scope: model``),
     or the whole step compiled (``scope: step``; for inference the step is the forward)."""
-    check_scope(work, cfg)
+    check_scope(cfg)
     if cfg.scope == "step":
         return compile_callable(compiled_target(work, run, cfg), cfg)
     return run.side(compile_callable(work.fn, cfg))

@@ -106,15 +106,10 @@ def reset(baseline: Baseline) -> None:
     """Undo what an experiment left behind in this process (see the module docstring)."""
     import numpy as np
     import torch
-    import torch._dynamo
-    from torch._dynamo.utils import counters
-    from torch._inductor.codecache import PyCodeCache
-    from torch._inductor.utils import clear_caches
 
-    torch._dynamo.reset()
-    clear_caches()  # inductor's lru caches registered to clear on a fresh cache
-    PyCodeCache.cache_clear()  # generated modules loaded in this process
-    counters.clear()
+    from tasks.compiling import forget_compiled
+
+    forget_compiled()  # Dynamo's caches and code, inductor's caches and loaded modules, counters
     baseline.restore()
     torch.manual_seed(0)  # every experiment seeds itself too; this leaves no trace of the last one
     random.seed(0)

@@ -75,7 +75,7 @@ class Peaks:
     """The highest allocation above its window's start seen for each side, over several windows."""
 
     probe: MemoryProbe | None
-    bytes: list[int | None] = field(default_factory=list)
+    bytes: dict[int, int] = field(default_factory=dict)  # side -> highest peak seen
 
     def measure(self, side: int, work: Callable[[], Any]) -> Any:
         """Run ``work`` in a window of its own and keep the side's highest peak."""
@@ -83,14 +83,11 @@ class Peaks:
             return work()
         before = self.probe.start()
         value = work()
-        seen = max(0, self.probe.peak() - before)
-        while len(self.bytes) <= side:
-            self.bytes.append(None)
-        self.bytes[side] = max(self.bytes[side] or 0, seen)
+        self.bytes[side] = max(self.bytes.get(side, 0), self.probe.peak() - before, 0)
         return value
 
     def of(self, side: int) -> int | None:
-        return self.bytes[side] if side < len(self.bytes) else None
+        return self.bytes.get(side)
 
 
 def prepare_sides(

@@ -234,6 +234,12 @@ class Experiment(Closed):
         description="the GPU model to run on (a node's accelerator_type); None: any GPU. A spec's "
         "'gpu_models' list (or 'all') expands into one experiment per model.",
     )
+    replicates: int = Field(
+        default=1,
+        ge=1,
+        description="how many times the experiment runs, each time in another worker process (on another GPU of "
+        "the same model where one is free): the between-run spread the summary and compare judge by",
+    )
 
     @field_validator("target")
     @classmethod
@@ -250,8 +256,9 @@ class Experiment(Closed):
     def id(self) -> str:
         """Stable identity: a hash of the fields that differ from their defaults (same spec, same id,
         on any machine; a field added later with a default leaves existing ids as they were). When a
-        worker is replaced (``worker``) is how it ran, not what it measures: not part of the id."""
-        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude={"worker"}), 12)
+        worker is replaced (``worker``) is how it ran, not what it measures, and every replicate of an
+        experiment measures the same thing (``replicates``): neither is part of the id."""
+        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude={"worker", "replicates"}), 12)
 
 
 class ErrorInfo(BaseModel):
@@ -333,6 +340,32 @@ class Measurement(BaseModel):
     inputs_mutated: bool = False  # the target mutates its inputs: fresh copies before each call, untimed
 
 
+class Calibration(BaseModel):
+    """What one worker's device measured on a fixed probe before its first experiment (``run --calibrate``).
+
+    On a GPU: a GEMM's TFLOP/s in fp32 and bf16 and a device-to-device copy's GB/s, timed with
+    CUDA events (``figures``: ``fp32_tflops``, ``bf16_tflops``, ``copy_gbps``), with NVML's clocks,
+    temperature and throttle reasons where available (``conditions``). On a CPU: a matmul's
+    GFLOP/s and a memory copy's GB/s (``matmul_gflops``, ``copy_gbps``) on the worker's cores.
+    ``slow`` and ``slow_reasons`` are derived by the driver against the median of every entry of
+    the same ``model`` (``orchestrator.calibration``), never measured.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str  # unique per device: "<node id[:8]>/gpu<id>" or "<node id[:8]>/cpu<first core>-<last core>"
+    node_id: str | None = None
+    hostname: str
+    device: Literal["cuda", "cpu"]
+    gpu_id: str | None = None
+    model: str  # the GPU model (as results name it) or "CPU (<cpu model>)"
+    figures: dict[str, float]  # higher is faster, every one
+    conditions: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, power, throttle reasons
+    seconds: float = 0.0  # how long the probe took
+    slow: bool = False
+    slow_reasons: list[str] = Field(default_factory=list)
+
+
 class WorkerInfo(BaseModel):
     """Where an experiment ran: which host, process, GPU and how many CPU threads."""
 
@@ -348,6 +381,7 @@ class WorkerInfo(BaseModel):
     gpu_model: str | None = None  # the node's accelerator_type, else the CUDA device name
     versions: dict[str, str] = Field(default_factory=dict)  # torch, triton, cuda, driver, compilebench, git
     experiments_before: int | None = None  # experiments this process ran before this one (0: a fresh process)
+    calibration: Calibration | None = None  # its device's probe (run --calibrate): environment.calibration's entry
 
 
 class CheckInfo(BaseModel):
@@ -443,6 +477,7 @@ class Result(BaseModel):
     phase: Phase = "inference"
     precision: Precision = "fp32"
     gpu_model: str | None = None  # requested (None: any); the one used is worker.gpu_model
+    replicate: int = 0  # which run of the experiment (0 .. replicates-1); each ran in another worker process
     attempts: int = 1
     lost_nodes: int = 0  # attempts that ended with the loss of their node (counted in attempts, not against retries)
     status: Status

@@ -247,30 +247,45 @@ def compare(
     base: Annotated[Path, typer.Argument(help="The report to compare against (e.g. main's).")],
     new: Annotated[Path, typer.Argument(help="The report under test.")],
     threshold: Annotated[
-        float, typer.Option(min=0, help="Relative change of the compiled median or the speedup that counts.")
+        float, typer.Option(min=0, help="Relative change of the gated metric (--metric) that counts.")
     ] = 0.05,
+    metric: Annotated[
+        Literal["speedup", "time"],
+        typer.Option(help="Gate on the speedup (a machine slower on both sides passes) or the compiled median."),
+    ] = "speedup",
     compile_threshold: Annotated[
         float, typer.Option(min=0, help="Relative change of compile latency that counts.")
     ] = 0.15,
     gate_compile: Annotated[
-        bool, typer.Option(help="Count compile latency beyond its threshold as a regression (one sample a side).")
+        bool, typer.Option(help="Count compile latency beyond its threshold as a regression (one sample a run).")
+    ] = False,
+    allow_missing: Annotated[
+        bool,
+        typer.Option(help="Experiments of BASE missing from NEW, or NEW incomplete: a warning instead of exit 1."),
     ] = False,
     format: Annotated[
-        Literal["table", "markdown"], typer.Option("--format", "-f", help="table or markdown.")
+        Literal["table", "markdown", "json"], typer.Option("--format", "-f", help="table, markdown or json.")
     ] = "table",
 ) -> None:
-    """Compare two reports experiment by experiment. Exit 1 on a regression, 0 on none, 2 for unreadable input."""
-    from orchestrator.report.compare import Thresholds, markdown, print_comparison
+    """Compare two reports experiment by experiment. Exit 1 on a regression or on experiments missing from NEW,
+    0 otherwise, 2 for unreadable input."""
+    from orchestrator.report.compare import Thresholds, as_json, markdown, print_comparison
     from orchestrator.report.compare import compare as compare_reports
 
     reports = _read_report(base), _read_report(new)
-    thresholds = Thresholds(speed=threshold, compile=compile_threshold, gate_compile=gate_compile)
+    thresholds = Thresholds(
+        speed=threshold,
+        compile=compile_threshold,
+        gate_compile=gate_compile,
+        metric=metric,
+        allow_missing=allow_missing,
+    )
     result = compare_reports(*reports, thresholds, names=(str(base), str(new)))
-    if format == "markdown":
-        sys.stdout.write(markdown(result))
-    else:
+    if format == "table":
         print_comparison(out_console, result)
-    raise typer.Exit(1 if result.regressions else 0)
+    else:
+        sys.stdout.write(markdown(result) if format == "markdown" else as_json(result))
+    raise typer.Exit(1 if result.fails else 0)
 
 
 @app.command()

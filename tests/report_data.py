@@ -128,3 +128,25 @@ def mixed_report() -> Report:
     )
     results.append(make_result("seed.foo", None, gpu="H100", status="oom", message="CUDA out of memory"))
     return make_report(results, name="mixed", warnings=["nodes disagree on triton: 3.1.0, 3.2.0"])
+
+
+def make_runs(
+    target: str = "seed.foo",
+    compiled_ms: list[float] | tuple[float, ...] = (1.0,),
+    eager_ms: list[float] | tuple[float, ...] | None = None,
+    *,
+    seed: int = 0,
+    **kwargs: Any,
+) -> list[Result]:
+    """One result per run of one experiment (``replicate`` 0, 1, ...; each in its own worker process),
+    run i centred on ``compiled_ms[i]`` and ``eager_ms[i]`` (default: 2.0 ms in every run).
+    ``seed`` varies the per-call samples between calls of this helper; other arguments go to ``make_result``."""
+    eager = list(eager_ms) if eager_ms is not None else [2.0] * len(compiled_ms)
+    runs = []
+    for i, (c, e) in enumerate(zip(compiled_ms, eager, strict=True)):
+        r = make_result(target, e / c, compiled_ms=c, sample_seed=seed * 1000 + i, **kwargs)
+        r.replicate = i
+        if r.worker:
+            r.worker.pid = 1 + i
+        runs.append(r)
+    return runs

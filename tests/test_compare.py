@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from scipy.stats import mannwhitneyu, ttest_ind
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.report import write_report
-from orchestrator.report.compare import Thresholds, compare, mann_whitney_p, markdown
-from tests.report_data import make_report, make_result
+from orchestrator.report import Report, write_report
+from orchestrator.report.compare import ONE_RUN, WELCH, Thresholds, compare, markdown, verdict, welch_log
+from tests.report_data import make_report, make_result, make_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -29,13 +33,23 @@ def kinds(comparison) -> list[tuple[str, bool]]:
     return [(c.kind, c.regression) for c in comparison.changes]
 
 
-def test_a_real_20_percent_slowdown_is_a_regression():
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 1.2}, speedup=2.0)
+def slower_compiled(compiled_ms: float, eager_ms: float = 2.0) -> dict:
+    """make_result's arguments for a run whose compiled side takes ``compiled_ms`` and eager side ``eager_ms``."""
+    return {"compiled_ms": compiled_ms, "speedup": eager_ms / compiled_ms}
+
+
+def measured(warnings: list[str]) -> list[str]:
+    """The warnings about what the two reports measured, without the one about one run a side."""
+    return [w for w in warnings if ONE_RUN not in w]
+
+
+def test_a_real_20_percent_slowdown_of_the_compiled_side_is_a_regression():
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.2))
     c = compare(base, new)
     assert kinds(c) == [("slower", True)]
     (change,) = c.regressions
-    assert change.change == "time +20.0%, speedup +0.2%" or change.change.startswith("time +")
-    assert change.p_value is not None and change.p_value < 0.001
+    assert re.fullmatch(r"speedup -1[67]\.\d% \(time \+(19|20)\.\d%\)", change.change), change.change
+    assert (change.runs, change.test, change.p_value, change.note) == ((1, 1), "threshold", None, ONE_RUN)
 
 
 def test_a_speedup_that_dropped_20_percent_is_a_regression():
@@ -44,21 +58,116 @@ def test_a_speedup_that_dropped_20_percent_is_a_regression():
 
 
 def test_one_percent_of_noise_is_not_flagged():
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 1.01}, speedup=2.0, noise=0.02)
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.01), noise=0.02)
     c = compare(base, new)
     assert c.changes == [] and c.regressions == [] and c.matched == 1
 
 
-def test_a_large_move_that_is_not_significant_is_not_flagged():
-    """10% slower medians, but from 3 very noisy samples a side: beyond the threshold, not significant."""
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 1.1}, speedup=2.0, noise=0.3, n=3)
+def test_thousands_of_per_call_samples_of_one_run_a_side_give_no_p_value():
+    """A 6% shift, 5,000 calls a side, one run each: a test on the calls said p ~ 0 (pseudo-replication);
+    the calls of one process say nothing about the next run, so the move is judged by the threshold alone."""
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.06), noise=0.02, n=5000)
     c = compare(base, new)
-    assert c.regressions == []
-    assert any("fewer than 9 samples" in w for w in c.warnings)
+    (change,) = c.changes
+    assert (change.kind, change.regression, change.p_value, change.test) == ("slower", True, None, "threshold")
+    assert change.note == "one run per side: run-to-run noise not measured"
+    assert (
+        "1 experiment(s) with one run per side: run-to-run noise not measured; speed judged by the 5% threshold "
+        "alone, no p-value (replicates: 3 or more on both sides gives a test)"
+    ) in c.warnings
+
+
+def three_and_three(base_ms: list[float], new_ms: list[float], **kwargs) -> tuple[Report, Report]:
+    """Two reports of one experiment with a run per value (compiled medians; eager 2.0 ms throughout)."""
+    base = make_report(make_runs("seed.foo", base_ms, seed=1, **kwargs), name="base")
+    new = make_report(make_runs("seed.foo", new_ms, seed=2, **kwargs), name="new")
+    return base, new
+
+
+def test_three_runs_a_side_with_a_real_10_percent_shift_are_flagged_with_a_p_value():
+    base, new = three_and_three([1.0, 1.01, 0.99], [1.1, 1.11, 1.09])
+    c = compare(base, new)
+    (change,) = c.changes
+    assert (change.kind, change.regression, change.runs, change.test) == ("slower", True, (3, 3), WELCH)
+    assert change.p_value is not None and change.p_value < 0.05 and change.note == ""
+    assert change.change.startswith("speedup -9.")
+    assert not any("run-to-run noise not measured" in w for w in c.warnings)
+    assert c.runs == {"3 vs 3": 1}
+
+
+def test_three_runs_a_side_whose_spread_exceeds_the_shift_are_not_flagged():
+    """A 9% move of the geometric mean, but the runs scatter by 15%: beyond the threshold, not significant."""
+    base, new = three_and_three([0.85, 1.0, 1.15], [0.93, 1.09, 1.25])
+    assert welch_log([2 / x for x in (0.85, 1.0, 1.15)], [2 / x for x in (0.93, 1.09, 1.25)]).p > 0.3
+    c = compare(base, new)
+    assert c.changes == [] and not c.fails
+
+
+@pytest.mark.parametrize("runs", [1, 3])
+def test_a_machine_slower_on_both_sides_is_flagged_only_under_the_time_metric(runs):
+    """Eager and compiled both 10% slower: the speedup did not move, the compiled median did."""
+    spread = [1.0, 1.005, 0.995][:runs]
+    base = make_report(make_runs("seed.foo", spread, [2 * x for x in spread], seed=1))
+    new = make_report(make_runs("seed.foo", [1.1 * x for x in spread], [2.2 * x for x in spread], seed=2))
+    assert compare(base, new).changes == []
+    (change,) = compare(base, new, Thresholds(metric="time")).changes
+    assert (change.kind, change.regression) == ("slower", True)
+    assert change.change.startswith("time +10.") and "(speedup " in change.change
+    assert (change.p_value is not None) == (runs == 3)
+
+
+def test_fewer_runs_in_new_than_in_base_are_a_warning_and_judged_untested():
+    base, new = three_and_three([1.0, 1.01, 0.99], [1.2, 1.21])
+    c = compare(base, new)
+    assert "1 experiment(s) ran fewer times in new than in base: seed.foo [inductor] (2 of 3)" in c.warnings
+    (change,) = c.changes
+    assert (change.kind, change.p_value, change.runs) == ("slower", None, (3, 2))
+    assert change.note == "3 vs 2 runs: run-to-run noise not measured (a test needs 3 a side)"
+    assert c.missing == [] and c.regressions == [change] and c.runs == {"3 vs 2": 1}
+
+
+def test_one_failing_run_of_three_is_a_new_failure():
+    base = make_report(make_runs("seed.foo", [1.0, 1.0, 1.0], seed=1))
+    failing = make_result("seed.foo", None, status="oom", message="out of memory")
+    failing.replicate = 1
+    new_runs = make_runs("seed.foo", [1.0, 1.0, 1.0], seed=2)
+    new = make_report([new_runs[0], failing, new_runs[2]])
+    (change,) = compare(base, new).changes
+    assert (change.kind, change.regression, change.base, change.new) == (
+        "new_failure",
+        True,
+        "ok",
+        "oom in 1 of 3 runs",
+    )
+
+
+def test_welch_log_is_scipy_welch_test_on_logs_and_says_what_it_can_detect():
+    base, new = [2.0, 2.1, 1.95], [1.8, 1.85, 1.7, 1.9]
+    test = welch_log(base, new)
+    expected = ttest_ind(np.log(new), np.log(base), equal_var=False)
+    assert test.p == pytest.approx(float(expected.pvalue)) and test.df == pytest.approx(float(expected.df))
+    assert test.ratio == pytest.approx(np.exp(np.mean(np.log(new)) - np.mean(np.log(base))))
+    # a shift of exactly the detectable ratio, spreads unchanged, sits at p = alpha
+    shifted = [x * test.detectable for x in base]
+    assert welch_log(base, shifted).p > 0.05 * 0.999
+    assert welch_log([1.0] * 3, [1.0] * 3).p == 1.0 and welch_log([1.0] * 3, [1.1] * 3).p == 0.0
+
+
+def test_welch_on_three_runs_holds_its_false_alarm_rate_and_detects_what_mann_whitney_cannot():
+    """The choice checked by simulation: 3 runs a side, log-normal run-to-run noise of 2%.
+    Under no change Welch flags about alpha; a 10% shift is flagged nearly always; Mann-Whitney U's
+    smallest two-sided p for 3 against 3 is 0.1, so it never flags at 0.05."""
+    rng = np.random.default_rng(0)
+    trials, sd = 2000, 0.02
+    null = [welch_log(np.exp(rng.normal(0, sd, 3)), np.exp(rng.normal(0, sd, 3))).p < 0.05 for _ in range(trials)]
+    shift = [welch_log(np.exp(rng.normal(0, sd, 3)), np.exp(rng.normal(0.1, sd, 3))).p < 0.05 for _ in range(300)]
+    assert 0.02 < np.mean(null) < 0.08
+    assert np.mean(shift) > 0.9
+    assert mannwhitneyu([1.0, 1.01, 0.99], [1.1, 1.11, 1.09], alternative="two-sided").pvalue == pytest.approx(0.1)
 
 
 def test_a_faster_result_is_reported_and_not_a_regression():
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 0.7}, speedup=2.0)
+    base, new = pair(slower_compiled(1.0), slower_compiled(0.7))
     assert kinds(compare(base, new)) == [("faster", False)]
 
 
@@ -96,19 +205,30 @@ def test_mismatched_environments_are_warned():
         r.device, r.worker.gpu_model = "cuda", model
         results.append(r)
     c = compare(make_report(results[:1], torch="2.12.0"), make_report(results[1:]))
-    assert c.warnings == ["device models differ: A100 vs H100", "torch versions differ: 2.12.0 vs 2.13.0"]
+    assert measured(c.warnings) == ["device models differ: A100 vs H100", "torch versions differ: 2.12.0 vs 2.13.0"]
     assert c.matched == 1
 
 
-def test_experiments_in_one_report_only_are_listed():
+def test_experiments_in_one_report_only_are_listed_and_those_missing_from_new_fail():
     c = compare(make_report([make_result("a"), make_result("b")]), make_report([make_result("a"), make_result("c")]))
-    assert (c.matched, c.only_in_base, c.only_in_new) == (1, ["b [inductor]"], ["c [inductor]"])
+    assert (c.matched, c.missing, c.only_in_new) == (1, ["b [inductor]"], ["c [inductor]"])
+    assert c.regressions == [] and c.fails
+    assert "1 experiment(s) of base missing from new: b [inductor]" in c.warnings
+    assert (
+        verdict(c) == "INCOMPLETE: 1 experiment(s) of base missing from new; no regressions in 1 matched experiment(s)"
+    )
+    allowed = compare(
+        make_report([make_result("a"), make_result("b")]),
+        make_report([make_result("a")]),
+        Thresholds(allow_missing=True),
+    )
+    assert not allowed.fails and allowed.missing == ["b [inductor]"]
 
 
 def test_thread_counts_that_differ_are_warned():
     base, new = pair({}, {})
     new.results[0].worker.threads = 2
-    assert compare(base, new).warnings == ["worker threads differ: 1 vs 2"]
+    assert measured(compare(base, new).warnings) == ["worker threads differ: 1 vs 2"]
 
 
 def test_compile_latency_of_a_hit_is_never_compared_with_a_miss():
@@ -125,28 +245,27 @@ def test_compile_latency_of_a_hit_is_never_compared_with_a_miss():
 def test_compile_options_that_differ_are_warned():
     base, new = pair({}, {})
     new.results[0].inductor_options = {"max_autotune": True}
-    assert compare(base, new).warnings == [
+    assert measured(compare(base, new).warnings) == [
         "compile options (inductor config) differ for 1 experiment(s) in max_autotune (e.g. seed.foo [inductor])"
     ]
 
 
-def test_an_incomplete_report_is_warned():
+def test_an_incomplete_new_report_fails_and_an_incomplete_base_is_warned():
     base, new = pair({}, {})
     new.complete = False
-    assert "the new report is incomplete (its run did not finish)" in compare(base, new).warnings
-
-
-def test_mann_whitney_on_identical_or_missing_samples_is_not_significant():
-    assert mann_whitney_p([1.0] * 10, [1.0] * 10) == 1.0
-    assert mann_whitney_p([], [1.0]) == 1.0
-    assert mann_whitney_p([1.0, 1.1, 1.2] * 5, [2.0, 2.1, 2.2] * 5) < 0.001
+    c = compare(base, new)
+    assert "the new report is incomplete (its run did not finish)" in c.warnings
+    assert c.incomplete and c.fails and c.regressions == []
+    assert not compare(new, base).fails
 
 
 def test_markdown_is_a_pull_request_comment():
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 1.2}, speedup=2.0)
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.2))
     text = markdown(compare(base, new))
     assert text.startswith(":x:".join(["### ", " REGRESSION: 1 regression(s) in 1 matched experiment(s)"]))
     assert "| REGRESSION | slower | seed.foo | inductor |" in text
+    assert "| 1 vs 1 | untested |" in text and "- runs per experiment (base vs new): 1 vs 1 for 1" in text
+    assert "also Welch's t on log per-run values (p < 0.05)" in text
     quiet = markdown(compare(base, base))
     assert quiet.startswith("### :white_check_mark: no regressions") and "Nothing moved" in quiet
 
@@ -154,12 +273,12 @@ def test_markdown_is_a_pull_request_comment():
 @pytest.mark.parametrize(
     ("new_kwargs", "code", "verdict"),
     [
-        ({"compiled_ms": 1.2}, 1, "REGRESSION: 1 regression(s) in 1 matched experiment(s)"),
-        ({"compiled_ms": 1.005}, 0, "no regressions in 1 matched experiment(s)"),
+        (slower_compiled(1.2), 1, "REGRESSION: 1 regression(s) in 1 matched experiment(s)"),
+        (slower_compiled(1.005), 0, "no regressions in 1 matched experiment(s)"),
     ],
 )
 def test_compare_command_exit_codes(tmp_path, new_kwargs, code, verdict):
-    base, new = pair({"compiled_ms": 1.0}, new_kwargs, speedup=2.0)
+    base, new = pair(slower_compiled(1.0), new_kwargs)
     write_report(base, tmp_path / "base.json")
     write_report(new, tmp_path / "new.json")
     result = runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json")])
@@ -170,7 +289,7 @@ def test_compare_command_exit_codes(tmp_path, new_kwargs, code, verdict):
 
 
 def test_compare_threshold_option(tmp_path):
-    base, new = pair({"compiled_ms": 1.0}, {"compiled_ms": 1.2}, speedup=2.0)
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.2))
     write_report(base, tmp_path / "base.json")
     write_report(new, tmp_path / "new.json")
     args = ["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json"), "--threshold", "0.3"]
@@ -192,3 +311,56 @@ def test_unreadable_input_exits_2_with_one_line(tmp_path):
         assert proc.returncode == 2, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith("error: ")
         assert proc.stdout == ""
+
+
+def invoke(tmp_path: Path, base: Report, new: Report, *options: str):
+    write_report(base, tmp_path / "base.json")
+    write_report(new, tmp_path / "new.json")
+    return runner.invoke(app, ["compare", str(tmp_path / "base.json"), str(tmp_path / "new.json"), *options])
+
+
+def test_experiments_missing_from_new_exit_1_and_are_named_unless_allowed(tmp_path):
+    base = make_report([make_result("a"), make_result("b"), make_result("seed.foo3")])
+    new = make_report([make_result("a")])
+    result = invoke(tmp_path, base, new)
+    assert result.exit_code == 1, result.output
+    assert "2 experiment(s) of base missing from new: b [inductor]; seed.foo3 [inductor]" in result.output
+    assert "INCOMPLETE: 2 experiment(s) of base missing from new; no regressions in 1 matched" in result.output
+    allowed = invoke(tmp_path, base, new, "--allow-missing")
+    assert allowed.exit_code == 0, allowed.output
+    assert "missing from new (allowed: --allow-missing): b [inductor]" in allowed.output
+    assert "no regressions in 1 matched experiment(s); 2 experiment(s) of base missing from new (allowed)" in (
+        allowed.output
+    )
+
+
+def test_an_incomplete_new_report_exits_1_unless_allowed(tmp_path):
+    base, new = pair({}, {})
+    new.complete = False
+    result = invoke(tmp_path, base, new)
+    assert result.exit_code == 1 and "INCOMPLETE: the new run did not finish" in result.output
+    assert invoke(tmp_path, base, new, "--allow-missing").exit_code == 0
+
+
+def test_a_regression_still_exits_1_with_allow_missing(tmp_path):
+    base, new = pair(slower_compiled(1.0), slower_compiled(1.2))
+    assert invoke(tmp_path, base, new, "--allow-missing").exit_code == 1
+
+
+def test_the_metric_option_and_json_output(tmp_path):
+    base = make_report(make_runs("seed.foo", [1.0, 1.005, 0.995], [2.0, 2.01, 1.99], seed=1))
+    new = make_report(make_runs("seed.foo", [1.1, 1.105, 1.095], [2.2, 2.21, 2.19], seed=2))
+    quiet = invoke(tmp_path, base, new, "-f", "json")
+    assert quiet.exit_code == 0, quiet.output
+    data = json.loads(quiet.output)
+    assert (data["fails"], data["changes"], data["thresholds"]["metric"], data["runs"]) == (
+        False,
+        [],
+        "speedup",
+        {"3 vs 3": 1},
+    )
+    flagged = invoke(tmp_path, base, new, "--metric", "time", "-f", "json")
+    assert flagged.exit_code == 1
+    (change,) = json.loads(flagged.output)["changes"]
+    assert (change["kind"], change["runs"], change["test"]) == ("slower", [3, 3], WELCH)
+    assert change["p_value"] < 0.05

@@ -1,17 +1,31 @@
 """Two reports, experiment by experiment: what got faster, slower, newly fails or passes; a regression gate.
 
-A slowdown is a regression only when it is both beyond a threshold and significant on the raw
-samples (two-sided Mann-Whitney U, as Google Benchmark's ``tools/compare.py`` does). A newly
-failing experiment, or a graph-break count that grew, is always a regression.
+An experiment may have run several times (``replicates``), each run in another worker process. The
+gate judges runs, never the calls inside one run: a run's per-call samples share its process, GPU,
+clocks and compiled code, so thousands of them say nothing about the next run, and a test on them
+(pseudo-replication) gives p ~ 0 for any shift.
+
+- Speed: the speedup by default (``metric="speedup"``: a machine slower on both sides moves no
+  speedup), the compiled median with ``metric="time"``. A side's value is the geometric mean of its
+  ok runs' values. With at least ``MIN_RUNS`` ok runs on both sides, a move is a regression when it
+  is beyond the threshold and Welch's t-test on the runs' log values gives p < alpha; with fewer, by
+  the threshold alone, with no p-value, and the comparison says that run-to-run noise was not measured.
+- A newly failing experiment, or a graph-break count that grew, is always a regression.
+- Experiments of BASE missing from NEW, or a NEW report whose run did not finish, fail the gate
+  unless allowed (``allow_missing``): a gate that passes what it never saw passes anything.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 from pydantic import BaseModel, Field
 from rich.console import Console
 from rich.table import Table
@@ -21,13 +35,17 @@ from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import Rows, first_line, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.summary import device_model
 from tasks.models import Result
+from tasks.stats import geomean
 
-SPEED_THRESHOLD = 0.05  # relative change of the compiled median or the speedup (PyTorch's dashboard: 0.95x)
+SPEED_THRESHOLD = 0.05  # relative change of the speedup or the compiled median (PyTorch's dashboard: 0.95x)
 COMPILE_THRESHOLD = 0.15  # relative change of compile latency (PyTorch's dashboard alerts at 1.15x)
-ALPHA = 0.05  # two-sided Mann-Whitney U, as Google Benchmark's compare.py
+ALPHA = 0.05  # two-sided, on the runs (as Google Benchmark's compare.py, which tests repetitions)
+MIN_RUNS = 3  # ok runs a side for a test: with 2, Welch's df can fall to 1 (t_0.975 = 12.7), one run decides
+ONE_RUN = "one run per side: run-to-run noise not measured"
+WELCH = "Welch's t on log per-run values"
 _MISSING = object()
-MIN_SAMPLES = 9  # Google Benchmark warns below 9 repetitions: the U test has little power with fewer
 
+Metric = Literal["speedup", "time"]
 Kind = Literal[
     "slower",
     "faster",
@@ -57,7 +75,19 @@ class Thresholds:
     speed: float = SPEED_THRESHOLD
     compile: float = COMPILE_THRESHOLD
     alpha: float = ALPHA
-    gate_compile: bool = False  # compile latency is one measurement per side: gate on it only when asked
+    gate_compile: bool = False  # compile latency is one measurement per run: gate on it only when asked
+    metric: Metric = "speedup"  # what the speed gate judges: the speedup, or the compiled median ("time")
+    allow_missing: bool = False  # experiments missing from NEW, or NEW incomplete: warned, not failed
+
+
+@dataclass(frozen=True)
+class WelchTest:
+    """Welch's t-test of two sets of per-run values on the log scale (``welch_log``)."""
+
+    ratio: float  # new's geometric mean / base's
+    p: float  # two-sided
+    df: float  # Welch-Satterthwaite degrees of freedom (inf when both spreads are zero)
+    detectable: float  # the smallest ratio (> 1) the test flags at alpha given these spreads: exp(t_crit * se)
 
 
 class Change(BaseModel):
@@ -70,80 +100,197 @@ class Change(BaseModel):
     device_model: str | None
     base: str  # the old and new values, as text
     new: str
-    change: str  # "+20.1%", "0 -> 2", ...
-    p_value: float | None = None
+    change: str  # "speedup -10.0% (time +0.2%)", "0 -> 2", ...
+    runs: tuple[int, int]  # runs behind each side (for speed: the ok runs compared)
+    test: str | None = None  # speed: WELCH, or "threshold" (too few runs for a test)
+    p_value: float | None = None  # from the runs only; None when they are too few
+    note: str = ""  # e.g. ONE_RUN
     regression: bool
 
 
 class Comparison(BaseModel):
     base: str  # the reports' names and where they came from
     new: str
-    thresholds: dict[str, float | bool]
+    thresholds: dict[str, bool | int | float | str]
     matched: int
     changes: list[Change]
-    warnings: list[str] = Field(default_factory=list)  # environments that differ, too few samples, ...
-    only_in_base: list[str] = Field(default_factory=list)  # experiment labels
+    warnings: list[str] = Field(default_factory=list)  # environments that differ, untested moves, missing runs...
+    missing: list[str] = Field(default_factory=list)  # experiments of base that new lacks (labels)
     only_in_new: list[str] = Field(default_factory=list)
+    incomplete: bool = False  # the new report's run did not finish
+    allow_missing: bool = False  # missing experiments and an incomplete new report warn instead of failing
+    runs: dict[str, int] = Field(default_factory=dict)  # "3 vs 3" -> matched experiments with so many runs a side
 
     @property
     def regressions(self) -> list[Change]:
         return [c for c in self.changes if c.regression]
 
+    @property
+    def blocked(self) -> bool:
+        """NEW misses experiments of BASE, or did not finish, and that is not allowed."""
+        return not self.allow_missing and bool(self.missing or self.incomplete)
+
+    @property
+    def fails(self) -> bool:
+        """The gate's verdict: a regression, or (without ``allow_missing``) NEW lacking experiments or unfinished."""
+        return bool(self.regressions) or self.blocked
+
 
 def compare(
     base: Report, new: Report, thresholds: Thresholds | None = None, names: tuple[str, str] = ("", "")
 ) -> Comparison:
-    """Match the two reports' results by experiment id and list every change beyond the thresholds.
+    """Match the two reports' runs by experiment id and list every change beyond the thresholds.
 
-    - Speed (both ok): slower when the compiled median grew, or the speedup shrank, by more than
-      ``thresholds.speed`` and the Mann-Whitney U test on the raw samples (compiled samples; for
-      the speedup, each round's eager/compiled ratio) gives p < ``alpha``. Faster likewise.
-    - Status: ok -> anything else is a new failure (a regression); anything else -> ok is a new pass.
+    - Speed (ok runs on both sides): see ``speed_change``; the speedup by default, the compiled
+      median with ``metric="time"``, tested on the runs where both sides have ``MIN_RUNS``.
+    - Status: every run ok -> some run failing is a new failure (a regression); the reverse a new pass.
     - Graph breaks: a count that grew is a regression.
-    - Compile latency: a move beyond ``thresholds.compile`` is listed, with how the caches served
-      it (``warm: hit``, ``cold: miss``); a regression only with ``gate_compile`` (one measurement a
-      side: no test of significance is possible). Warm never meets cold (their ids differ), and a
-      pair the caches served differently (a hit against a miss) is not compared but warned about.
+    - Compile latency: a move of the median over runs beyond ``thresholds.compile`` is listed, with
+      how the caches served it (``warm: hit``, ``cold: miss``); a regression only with
+      ``gate_compile``. Warm never meets cold (their ids differ), and runs the caches served
+      differently (a hit against a miss) are not compared but warned about.
+    - Experiments of base that new lacks, and a new report marked incomplete, fail the comparison
+      (``Comparison.fails``) unless ``allow_missing``; new with fewer runs of an experiment than base
+      is a warning.
     """
     t = thresholds or Thresholds()
-    base_by_id = {r.experiment_id: r for r in base.results}
-    new_by_id = {r.experiment_id: r for r in new.results}
+    base_runs, new_runs = runs_by_experiment(base), runs_by_experiment(new)
     changes: list[Change] = []
     not_compared: list[str] = []
-    few_samples = 0
-    for exp_id, b in base_by_id.items():
-        n = new_by_id.get(exp_id)
+    untested: Counter[tuple[int, int]] = Counter()
+    fewer_runs: list[str] = []
+    runs: Counter[str] = Counter()
+    for exp_id, b in base_runs.items():
+        n = new_runs.get(exp_id)
         if n is None:
             continue
+        runs[f"{len(b)} vs {len(n)}"] += 1
+        fewer_runs += [f"{_label(n[0])} ({len(n)} of {len(b)})"] if len(n) < len(b) else []
         changes.extend(_status_changes(b, n))
         changes.extend(_break_changes(b, n))
-        speed, few = _speed_changes(b, n, t)
-        changes.extend(speed)
-        few_samples += few
+        b_timed, n_timed = _timed(b), _timed(n)
+        if b_timed and n_timed:
+            if min(len(b_timed), len(n_timed)) < MIN_RUNS:
+                untested[(len(b_timed), len(n_timed))] += 1
+            changes.extend(speed_change(b_timed, n_timed, t))
         compiled, apart = _compile_changes(b, n, t)
         changes.extend(compiled)
         not_compared += [apart] if apart else []
     order = list(KIND_TITLES)
     changes.sort(key=lambda c: (not c.regression, order.index(c.kind)))
+    missing = [_label(r[0]) for i, r in base_runs.items() if i not in new_runs]
     warnings = environment_warnings(base, new)
-    if few_samples:
-        warnings.append(
-            f"{few_samples} experiment(s) have fewer than {MIN_SAMPLES} samples on a side: the significance "
-            "test has little power; raise timing.repeats"
-        )
+    warnings += _gate_warnings(missing, fewer_runs, untested, t)
     if not_compared:
-        shown = "; ".join(not_compared[:3]) + (f"; and {len(not_compared) - 3} more" if len(not_compared) > 3 else "")
-        warnings.append(f"{len(not_compared)} compile latency pair(s) served differently by the caches: {shown}")
+        warnings.append(
+            f"{len(not_compared)} compile latency pair(s) served differently by the caches: {_few(not_compared)}"
+        )
     return Comparison(
         base=names[0] or base.name,
         new=names[1] or new.name,
-        thresholds={"speed": t.speed, "compile": t.compile, "alpha": t.alpha, "gate_compile": t.gate_compile},
-        matched=len(base_by_id.keys() & new_by_id.keys()),
+        thresholds={
+            "speed": t.speed,
+            "compile": t.compile,
+            "alpha": t.alpha,
+            "gate_compile": t.gate_compile,
+            "metric": t.metric,
+            "min_runs": MIN_RUNS,
+        },
+        matched=len(base_runs.keys() & new_runs.keys()),
         changes=changes,
         warnings=warnings,
-        only_in_base=[_label(r) for i, r in base_by_id.items() if i not in new_by_id],
-        only_in_new=[_label(r) for i, r in new_by_id.items() if i not in base_by_id],
+        missing=missing,
+        only_in_new=[_label(r[0]) for i, r in new_runs.items() if i not in base_runs],
+        incomplete=not new.complete,
+        allow_missing=t.allow_missing,
+        runs=dict(runs),
     )
+
+
+def runs_by_experiment(report: Report) -> dict[str, list[Result]]:
+    """Each experiment's results, one a run, in replicate order; experiments in report order."""
+    out: dict[str, list[Result]] = {}
+    for r in report.results:
+        out.setdefault(r.experiment_id, []).append(r)
+    return {exp_id: sorted(rs, key=lambda r: r.replicate) for exp_id, rs in out.items()}
+
+
+def run_values(runs: Sequence[Result], metric: Metric) -> list[float]:
+    """One value a timed run: its speedup (eager median / compiled median), or its compiled median ("time")."""
+    if metric == "speedup":
+        return [r.speedup for r in runs if r.speedup]
+    return [r.compiled.median_ms for r in runs if r.compiled]
+
+
+def welch_log(base: Sequence[float], new: Sequence[float], alpha: float = ALPHA) -> WelchTest:
+    """Welch's unequal-variance t-test on log values: does new's geometric mean differ from base's?
+
+    Method: x = log(value) for each run; d = mean(x_new) - mean(x_base); se = sqrt(s_b^2/n_b +
+    s_n^2/n_n) with sample variances (ddof 1); df by Welch-Satterthwaite; p = 2 P(T_df > |d|/se).
+    On the log scale a ratio is what is tested (10% slower and 10% faster are the same distance)
+    and run-to-run noise, which is multiplicative, is about symmetric. With 3 runs a side the
+    smallest p is not bounded away from 0 as a rank test's is (Mann-Whitney U: 0.1). Both spreads
+    zero: p is 0 when the means differ, else 1. Needs at least 2 values a side.
+    """
+    from scipy.stats import t as student_t
+
+    xb, xn = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(new, dtype=float))
+    d = float(xn.mean() - xb.mean())
+    vb, vn = float(xb.var(ddof=1)) / len(xb), float(xn.var(ddof=1)) / len(xn)
+    se = math.sqrt(vb + vn)
+    if se == 0:
+        return WelchTest(math.exp(d), 0.0 if d else 1.0, math.inf, 1.0)
+    df = (vb + vn) ** 2 / (vb**2 / (len(xb) - 1) + vn**2 / (len(xn) - 1))
+    p = float(2 * student_t.sf(abs(d) / se, df))
+    detectable = math.exp(float(student_t.ppf(1 - alpha / 2, df)) * se)
+    return WelchTest(math.exp(d), p, df, detectable)
+
+
+def speed_change(b: Sequence[Result], n: Sequence[Result], t: Thresholds) -> list[Change]:
+    """Slower or faster on the gated metric, from each side's ok, timed runs.
+
+    The change is the ratio of the sides' geometric means over runs. With ``MIN_RUNS`` or more on
+    both sides it counts when beyond ``t.speed`` and ``welch_log`` on the runs' values gives
+    p < ``t.alpha``; with fewer, when beyond ``t.speed``, untested (p None, a note that run-to-run
+    noise was not measured). The other metric's move is shown beside it, never gated.
+    """
+    speedup_ratio = geomean(run_values(n, "speedup")) / geomean(run_values(b, "speedup"))
+    time_ratio = geomean(run_values(n, "time")) / geomean(run_values(b, "time"))
+    if t.metric == "speedup":
+        slower, faster = speedup_ratio < 1 - t.speed, speedup_ratio > 1 + t.speed
+    else:
+        slower, faster = time_ratio > 1 + t.speed, time_ratio < 1 - t.speed
+    if not (slower or faster):
+        return []
+    runs = (len(b), len(n))
+    p: float | None = None
+    if min(runs) >= MIN_RUNS:
+        p = welch_log(run_values(b, t.metric), run_values(n, t.metric), t.alpha).p
+        if p >= t.alpha:
+            return []
+    moves = {"speedup": f"speedup {_percent(speedup_ratio)}", "time": f"time {_percent(time_ratio)}"}
+    other = "time" if t.metric == "speedup" else "speedup"
+    return [
+        _change(
+            "slower" if slower else "faster",
+            n[0],
+            _speed_text(b),
+            _speed_text(n),
+            f"{moves[t.metric]} ({moves[other]})",
+            runs,
+            regression=slower,
+            p=p,
+            test=WELCH if p is not None else "threshold",
+            note="" if p is not None else untested_note(*runs),
+        )
+    ]
+
+
+def untested_note(base_runs: int, new_runs: int) -> str:
+    """Why a speed change has no p-value."""
+    if base_runs == new_runs == 1:
+        return ONE_RUN
+    return f"{base_runs} vs {new_runs} runs: run-to-run noise not measured (a test needs {MIN_RUNS} a side)"
 
 
 def environment_warnings(base: Report, new: Report) -> list[str]:
@@ -180,58 +327,69 @@ def environment_warnings(base: Report, new: Report) -> list[str]:
     return warnings
 
 
-def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
-    """Two-sided Mann-Whitney U p-value; 1.0 when there is nothing to test (empty, or every value tied)."""
-    from scipy.stats import mannwhitneyu
+def _gate_warnings(
+    missing: list[str], fewer_runs: list[str], untested: Counter[tuple[int, int]], t: Thresholds
+) -> list[str]:
+    """What the gate could not judge: experiments new lacks, runs new lacks, moves judged untested."""
+    out = []
+    if missing:
+        allowed = " (allowed: --allow-missing)" if t.allow_missing else ""
+        out.append(f"{len(missing)} experiment(s) of base missing from new{allowed}: {_few(missing)}")
+    if fewer_runs:
+        out.append(f"{len(fewer_runs)} experiment(s) ran fewer times in new than in base: {_few(fewer_runs)}")
+    count = sum(untested.values())
+    if count:
+        why = (
+            ONE_RUN
+            if set(untested) == {(1, 1)}
+            else f"fewer than {MIN_RUNS} runs on a side: run-to-run noise not measured"
+        )
+        out.append(
+            f"{count} experiment(s) with {why}; speed judged by the {t.speed:.0%} threshold alone, no p-value "
+            f"(replicates: {MIN_RUNS} or more on both sides gives a test)"
+        )
+    return out
 
-    if not a or not b:
-        return 1.0
-    p = float(mannwhitneyu(a, b, alternative="two-sided").pvalue)
-    return 1.0 if math.isnan(p) else p
+
+def _timed(runs: Sequence[Result]) -> list[Result]:
+    """The ok runs with both sides timed: the ones speed is judged on."""
+    return [r for r in runs if r.status == "ok" and r.compiled and r.eager and r.speedup]
 
 
-def _status_changes(b: Result, n: Result) -> list[Change]:
-    if b.status == n.status:
+def _side_status(runs: Sequence[Result]) -> tuple[str, str]:
+    """A side's status (ok when every run is, else the first other status) and how it reads."""
+    failed = [r.status for r in runs if r.status != "ok"]
+    if not failed:
+        return "ok", "ok"
+    status = failed[0]
+    count = sum(s == status for s in failed)
+    return status, status if count == len(runs) else f"{status} in {count} of {len(runs)} runs"
+
+
+def _status_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
+    (b_status, b_text), (n_status, n_text) = _side_status(b), _side_status(n)
+    if b_status == n_status:
         return []
-    message = first_line(n.error.message, 100) if n.error else ""
-    if b.status == "ok":
-        return [_change("new_failure", n, b.status, n.status, message, regression=True)]
-    if n.status == "ok":
-        return [_change("new_pass", n, b.status, n.status, "", regression=False)]
-    return [_change("status_changed", n, b.status, n.status, message, regression=False)]
+    runs = (len(b), len(n))
+    failing = next((r for r in n if r.status == n_status), n[0])
+    message = first_line(failing.error.message, 100) if failing.error else ""
+    if b_status == "ok":
+        return [_change("new_failure", failing, b_text, n_text, message, runs, regression=True)]
+    if n_status == "ok":
+        return [_change("new_pass", n[0], b_text, n_text, "", runs, regression=False)]
+    return [_change("status_changed", failing, b_text, n_text, message, runs, regression=False)]
 
 
-def _break_changes(b: Result, n: Result) -> list[Change]:
-    if b.graph_breaks is None or n.graph_breaks is None or b.graph_breaks == n.graph_breaks:
+def _break_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
+    """Graph breaks: each side's largest count over its runs."""
+    b_breaks = max((r.graph_breaks for r in b if r.graph_breaks is not None), default=None)
+    n_breaks = max((r.graph_breaks for r in n if r.graph_breaks is not None), default=None)
+    if b_breaks is None or n_breaks is None or b_breaks == n_breaks:
         return []
-    grew = n.graph_breaks > b.graph_breaks
+    grew = n_breaks > b_breaks
     kind: Kind = "breaks_grew" if grew else "breaks_fell"
-    return [_change(kind, n, str(b.graph_breaks), str(n.graph_breaks), f"{n.graph_breaks - b.graph_breaks:+d}", grew)]
-
-
-def _speed_changes(b: Result, n: Result, t: Thresholds) -> tuple[list[Change], int]:
-    """Slower or faster on the compiled median or the speedup: beyond the threshold and significant."""
-    if b.status != "ok" or n.status != "ok" or not (b.compiled and n.compiled and b.speedup and n.speedup):
-        return [], 0
-    few = int(min(len(b.compiled.samples_ms), len(n.compiled.samples_ms)) < MIN_SAMPLES)
-    time_ratio = n.compiled.median_ms / b.compiled.median_ms
-    speedup_ratio = n.speedup / b.speedup
-    slower_time = time_ratio > 1 + t.speed
-    faster_time = time_ratio < 1 - t.speed
-    slower_speedup = speedup_ratio < 1 - t.speed
-    faster_speedup = speedup_ratio > 1 + t.speed
-    p_time = mann_whitney_p(b.compiled.samples_ms, n.compiled.samples_ms) if slower_time or faster_time else 1.0
-    p_speedup = mann_whitney_p(_round_speedups(b), _round_speedups(n)) if slower_speedup or faster_speedup else 1.0
-    base_text = f"{ms(b.compiled.median_ms)} ms, {times(b.speedup)}"
-    new_text = f"{ms(n.compiled.median_ms)} ms, {times(n.speedup)}"
-    moved = f"time {_percent(time_ratio)}, speedup {_percent(speedup_ratio)}"
-    if (slower_time and p_time < t.alpha) or (slower_speedup and p_speedup < t.alpha):
-        p = min(p for p, hit in ((p_time, slower_time), (p_speedup, slower_speedup)) if hit)
-        return [_change("slower", n, base_text, new_text, moved, regression=True, p=p)], few
-    if (faster_time and p_time < t.alpha) or (faster_speedup and p_speedup < t.alpha):
-        p = min(p for p, hit in ((p_time, faster_time), (p_speedup, faster_speedup)) if hit)
-        return [_change("faster", n, base_text, new_text, moved, regression=False, p=p)], few
-    return [], few
+    runs = (len(b), len(n))
+    return [_change(kind, n[0], str(b_breaks), str(n_breaks), f"{n_breaks - b_breaks:+d}", runs, regression=grew)]
 
 
 def compile_comparable(b: Result, n: Result) -> str | None:
@@ -245,35 +403,49 @@ def compile_comparable(b: Result, n: Result) -> str | None:
     return None
 
 
-def _compile_changes(b: Result, n: Result, t: Thresholds) -> tuple[list[Change], str | None]:
-    """A compile-latency move beyond the threshold, labelled with how the caches served it; a pair
-    served differently (a hit against a miss) is never compared: the reason comes back instead."""
-    if not (b.compile_latency_s and n.compile_latency_s):
+def _compile_changes(b: Sequence[Result], n: Sequence[Result], t: Thresholds) -> tuple[list[Change], str | None]:
+    """A move of the median compile latency over runs beyond the threshold, labelled with how the
+    caches served it; runs served differently (a hit against a miss, on either side) are never
+    compared: the reason comes back instead."""
+    b_runs = [r for r in b if r.compile_latency_s]
+    n_runs = [r for r in n if r.compile_latency_s]
+    if not (b_runs and n_runs):
         return [], None
-    apart = compile_comparable(b, n)
+    apart = next((why for r in b_runs[1:] + n_runs if (why := compile_comparable(b_runs[0], r))), None)
     if apart is not None:
-        return [], f"{_label(n)}: compile latencies not compared ({apart})"
-    ratio = n.compile_latency_s / b.compile_latency_s
+        return [], f"{_label(n_runs[0])}: compile latencies not compared ({apart})"
+    b_s = statistics.median(r.compile_latency_s or 0.0 for r in b_runs)
+    n_s = statistics.median(r.compile_latency_s or 0.0 for r in n_runs)
+    ratio = n_s / b_s
     if abs(ratio - 1) <= t.compile:
         return [], None
     slower = ratio > 1
     kind: Kind = "compile_slower" if slower else "compile_faster"
-    how = n.compile_cache.label if n.compile_cache else n.compile.cache
-    base_text, new_text = f"{seconds(b.compile_latency_s)} s", f"{seconds(n.compile_latency_s)} s ({how})"
-    return [_change(kind, n, base_text, new_text, _percent(ratio), regression=slower and t.gate_compile)], None
+    first = n_runs[0]
+    how = first.compile_cache.label if first.compile_cache else first.compile.cache
+    base_text, new_text = f"{seconds(b_s)} s", f"{seconds(n_s)} s ({how})"
+    runs = (len(b_runs), len(n_runs))
+    return [
+        _change(kind, first, base_text, new_text, _percent(ratio), runs, regression=slower and t.gate_compile)
+    ], None
 
 
-def _round_speedups(r: Result) -> list[float]:
-    """One speedup per timing round: eager and compiled are interleaved, so sample i of each side pairs up."""
-    assert r.eager and r.compiled  # callers check
-    e, c = r.eager.samples_ms, r.compiled.samples_ms
-    if len(e) == len(c):
-        return [x / y for x, y in zip(e, c, strict=True) if y > 0]
-    return [r.eager.median_ms / y for y in c if y > 0]
+def _speed_text(runs: Sequence[Result]) -> str:
+    """A side's compiled median and speedup, geometric means over its runs."""
+    return f"{ms(geomean(run_values(runs, 'time')))} ms, {times(geomean(run_values(runs, 'speedup')))}"
 
 
 def _change(
-    kind: Kind, r: Result, base: str, new: str, change: str, regression: bool, p: float | None = None
+    kind: Kind,
+    r: Result,
+    base: str,
+    new: str,
+    change: str,
+    runs: tuple[int, int],
+    regression: bool,
+    p: float | None = None,
+    test: str | None = None,
+    note: str = "",
 ) -> Change:
     return Change(
         kind=kind,
@@ -284,7 +456,10 @@ def _change(
         base=base,
         new=new,
         change=change,
+        runs=runs,
+        test=test,
         p_value=p,
+        note=note,
         regression=regression,
     )
 
@@ -300,6 +475,11 @@ def _label(r: Result) -> str:
     return f"{group_label(r.target, r.params, r.phase, r.precision)} [{r.config_label}]"
 
 
+def _few(items: Sequence[str], shown: int = 10) -> str:
+    more = f"; and {len(items) - shown} more" if len(items) > shown else ""
+    return "; ".join(items[:shown]) + more
+
+
 def _percent(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
 
@@ -308,14 +488,22 @@ def _percent(ratio: float) -> str:
 
 
 def verdict(c: Comparison) -> str:
+    """One line: the regressions, then what NEW lacks (failing the gate unless allowed)."""
     n = len(c.regressions)
+    judged = f"{n} regression(s)" if n else "no regressions"
+    judged += f" in {c.matched} matched experiment(s)"
+    gaps = [f"{len(c.missing)} experiment(s) of base missing from new"] if c.missing else []
+    gaps += ["the new run did not finish"] if c.incomplete else []
+    lacking = ", ".join(gaps) + (" (allowed)" if c.allow_missing else "")
     if n:
-        return f"REGRESSION: {n} regression(s) in {c.matched} matched experiment(s)"
-    return f"no regressions in {c.matched} matched experiment(s)"
+        return f"REGRESSION: {judged}" + (f"; {lacking}" if gaps else "")
+    if gaps and c.blocked:
+        return f"INCOMPLETE: {lacking}; {judged}"
+    return judged + (f"; {lacking}" if gaps else "")
 
 
 def rows(c: Comparison) -> Rows:
-    headers = ["", "what", "target", "config", "base", "new", "change", "p"]
+    headers = ["", "what", "target", "config", "base", "new", "change", "runs", "p"]
     body = [
         [
             "REGRESSION" if ch.regression else "",
@@ -325,21 +513,27 @@ def rows(c: Comparison) -> Rows:
             ch.base,
             ch.new,
             ch.change,
-            "-" if ch.p_value is None else f"{ch.p_value:.2g}",
+            f"{ch.runs[0]} vs {ch.runs[1]}",
+            f"{ch.p_value:.2g}" if ch.p_value is not None else "untested" if ch.test == "threshold" else "-",
         ]
         for ch in c.changes
     ]
-    return Rows(f"{c.base} -> {c.new}", headers, body, {"change", "p"})
+    return Rows(f"{c.base} -> {c.new}", headers, body, {"change", "runs", "p"})
 
 
 def notes(c: Comparison) -> list[str]:
     t = c.thresholds
+    gated = "the speedup" if t["metric"] == "speedup" else "the compiled median"
     out = [
-        f"thresholds: {t['speed']:.0%} on the compiled median or the speedup (and Mann-Whitney U p < {t['alpha']}), "
-        f"{t['compile']:.0%} on compile latency ({'gated' if t['gate_compile'] else 'reported, not gated'})"
+        f"gate: {gated} moving by more than {t['speed']:.0%}; with {t['min_runs']} or more ok runs on both sides "
+        f"also {WELCH} (p < {t['alpha']}), with fewer the threshold alone (untested); "
+        f"compile latency {t['compile']:.0%} ({'gated' if t['gate_compile'] else 'reported, not gated'})"
     ]
-    if c.only_in_base:
-        out.append(f"only in base ({len(c.only_in_base)}): {', '.join(c.only_in_base[:10])}")
+    if c.runs:
+        counts = sorted(c.runs.items(), key=lambda kv: -kv[1])
+        out.append("runs per experiment (base vs new): " + ", ".join(f"{k} for {v}" for k, v in counts))
+    if c.missing:
+        out.append(f"missing from new ({len(c.missing)}): {', '.join(c.missing[:10])}")
     if c.only_in_new:
         out.append(f"only in new ({len(c.only_in_new)}): {', '.join(c.only_in_new[:10])}")
     return out
@@ -355,13 +549,13 @@ def print_comparison(console: Console, c: Comparison) -> None:
         console.print(Text(f"{c.base} -> {c.new}: nothing moved beyond the thresholds"))
     for line in notes(c):
         console.print(Text(line), soft_wrap=True)
-    style = "bold red" if c.regressions else "bold green"
+    style = "bold red" if c.fails else "bold green"
     console.print(Text(verdict(c), style=style))
 
 
 def markdown(c: Comparison) -> str:
     """The comparison as a pull-request comment."""
-    icon = ":x:" if c.regressions else ":white_check_mark:"
+    icon = ":x:" if c.fails else ":white_check_mark:"
     out = [f"### {icon} {verdict(c)}", ""]
     out += [f"> :warning: **{w}**" for w in c.warnings]
     if c.warnings:
@@ -369,3 +563,9 @@ def markdown(c: Comparison) -> str:
     out.append(markdown_table(rows(c)) if c.changes else "Nothing moved beyond the thresholds.")
     out += [""] + [f"- {line}" for line in notes(c)]
     return "\n".join(out) + "\n"
+
+
+def as_json(c: Comparison) -> str:
+    """The comparison as JSON: its fields, the verdict, and whether the gate fails."""
+    data = {**c.model_dump(mode="json"), "regressions": len(c.regressions), "fails": c.fails, "verdict": verdict(c)}
+    return json.dumps(data, indent=2) + "\n"

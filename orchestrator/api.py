@@ -12,7 +12,7 @@ from pathlib import Path
 from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
 from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.paths import check_out
-from orchestrator.policy import DEFAULT_START_TIMEOUT_S
+from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_PENDING_TIMEOUT_S",
     "DEFAULT_START_TIMEOUT_S",
     "JournalError",
+    "Run",
     "RunInterrupted",
     "RunPlan",
     "WorkerLimits",
@@ -37,8 +38,8 @@ class RunPlan:
 
     spec: Spec  # with ``gpu_models: all`` expanded to the cluster's models
     cluster: ClusterInfo
-    kept: list[Result]  # results already in the journal (resume), in spec order
-    todo: list[Experiment]  # what runs now, in spec order
+    kept: list[Result]  # results already in the journal (resume), in the order of the runs
+    todo: list[Run]  # what runs now: every experiment's run 0 in spec order, then each run 1, ...
     notes: list[str] = field(default_factory=list)  # one line each: journal lines skipped, ids not in the spec…
 
 
@@ -71,9 +72,10 @@ def run(
 
     The journal next to the report (``out.journal.jsonl``) is the run's source of truth: each
     result is appended to it as it arrives, and the report is built from the spec and what
-    the journal holds, each experiment once, in spec order. A journal that already holds
-    results makes the run refuse (``JournalError``) before anything starts, unless ``resume``
-    (keep them; run only the experiments they do not cover) or ``overwrite`` (start over).
+    the journal holds, each run once (an experiment with ``replicates: k`` has k), in spec
+    order. A journal that already holds results makes the run refuse (``JournalError``) before
+    anything starts, unless ``resume`` (keep them; run only the runs they do not cover: raising
+    ``replicates`` runs only the new replicates) or ``overwrite`` (start over).
 
     ``pending_timeout_s``: how long an experiment no current node can hold waits for one to
     join (an autoscaling cluster); default ``DEFAULT_PENDING_TIMEOUT_S`` with an ``address``,
@@ -114,20 +116,30 @@ def run(
 
 
 def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:
-    """Expand ``gpu_models: all``, then split the experiments into those the journal holds and the rest."""
+    """Expand ``gpu_models: all``, then split the runs into those the journal holds and the rest."""
     experiments, notes = expand_all_gpu_models(spec.experiments, cluster)
     spec = replace(spec, experiments=experiments)
     notes += previous.warnings
-    ids = {e.id for e in experiments}
-    stale = [i for i in previous.results if i not in ids]
+    runs = runs_of(experiments)
+    keys = {(run.experiment.id, run.replicate) for run in runs}
+    stale = [key for key in previous.results if key not in keys]
     if stale:
         notes.append(
-            f"the journal holds {len(stale)} result(s) of experiments not in this spec "
+            f"the journal holds {len(stale)} result(s) of experiments (or replicates) not in this spec "
             "(was the spec changed?); they stay in the journal, not in the report"
         )
-    kept = [previous.results[e.id] for e in experiments if e.id in previous.results]
-    todo = [e for e in experiments if e.id not in previous.results]
+    kept = [previous.results[key] for key in _keys(runs) if key in previous.results]
+    todo = [run for run in runs if (run.experiment.id, run.replicate) not in previous.results]
     return RunPlan(spec=spec, cluster=cluster, kept=kept, todo=todo, notes=notes)
+
+
+def _keys(runs: Sequence[Run]) -> list[tuple[str, int]]:
+    return [(run.experiment.id, run.replicate) for run in runs]
+
+
+def report_order(experiments: Sequence[Experiment]) -> list[tuple[str, int]]:
+    """The runs as a report lists them: in spec order, each experiment's replicates together."""
+    return [(e.id, replicate) for e in experiments for replicate in range(e.replicates)]
 
 
 def expand_all_gpu_models(
@@ -170,9 +182,11 @@ def default_working_dir(working_dir: str | Path | None, spec: Spec, address: str
 
 
 def write(spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Path) -> Report:
-    """The report: a function of the spec and the journal, each experiment once, in spec order."""
-    results = [journal.results[e.id] for e in spec.experiments if e.id in journal.results]
-    complete = len(results) == len(spec.experiments)
+    """The report: a function of the spec and the journal, each run once, in spec order (an
+    experiment's replicates together)."""
+    order = report_order(spec.experiments)
+    results = [journal.results[key] for key in order if key in journal.results]
+    complete = len(results) == len(order)
     report = build_report(spec.name, spec.source, results, environment(cluster, results), complete=complete)
     write_report(report, out)
     return report

@@ -120,9 +120,13 @@ def run(
     def on_start(plan: RunPlan) -> None:
         plans.append(plan)
         cluster, n = plan.cluster, len(plan.spec.experiments)
+        runs = sum(e.replicates for e in plan.spec.experiments)
         gpus = f", {cluster.gpus} GPU(s)" if cluster.gpus else ""
+        replicated = f" ({runs} runs with their replicates)" if runs != n else ""
         kept = f" ({len(plan.kept)} kept from the journal, {len(plan.todo)} to run)" if plan.kept else ""
-        err_console.print(f"{plan.spec.name}: {n} experiments{kept} on {len(cluster.nodes)} node(s){gpus}")
+        err_console.print(
+            f"{plan.spec.name}: {n} experiments{replicated}{kept} on {len(cluster.nodes)} node(s){gpus}"
+        )
         for note in plan.notes:
             err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
         progress.progress.update(progress.task, total=len(plan.todo))

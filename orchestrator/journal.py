@@ -8,10 +8,11 @@ to: a run that finds results of an earlier one refuses to start unless told to `
 writes a journal: an exclusive lock (``flock``, released by the kernel when the process
 dies, even by SIGKILL) keeps a second run on the same ``--out`` from interleaving lines.
 
-Reading keeps the **first** result of each experiment id. A resumed run never reruns an
-experiment the journal holds, so a second line for the same id can only come from a
-journal edited or concatenated by hand; the first is the one every earlier report was
-built from. A line that does not parse (the tail of a driver killed mid-write) is skipped
+Reading keeps the **first** result of each run: an experiment id and its replicate
+(``RunKey``; an experiment with ``replicates: k`` has k runs, 0..k-1). A resumed run never reruns
+a run the journal holds, so a second line for the same run can only come from a journal
+edited or concatenated by hand; the first is the one every earlier report was built from.
+A line that does not parse (the tail of a driver killed mid-write) is skipped
 with a warning naming its line number.
 """
 
@@ -28,6 +29,12 @@ from tasks.models import Result
 
 JOURNAL_SUFFIX = ".journal.jsonl"
 
+RunKey = tuple[str, int]  # (experiment id, replicate): one run of an experiment
+
+
+def run_key(result: Result) -> RunKey:
+    return (result.experiment_id, result.replicate)
+
 
 def journal_path(report: Path) -> Path:
     """``out/report.json`` → ``out/report.journal.jsonl``, next to the report."""
@@ -40,9 +47,9 @@ class JournalError(RuntimeError):
 
 @dataclass
 class JournalContents:
-    """What a journal holds: the first result of each experiment id, in journal order."""
+    """What a journal holds: the first result of each run (experiment id, replicate), in journal order."""
 
-    results: dict[str, Result] = field(default_factory=dict)
+    results: dict[RunKey, Result] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # one line per line skipped or repeated
 
     def __len__(self) -> int:
@@ -68,13 +75,14 @@ def read_journal(path: Path) -> JournalContents:
             why = "cut short, as by a driver killed while writing it" if cut else _first_error(e)
             contents.warnings.append(f"{path.name}: skipped line {number}, which is not a result ({why})")
             continue
-        if result.experiment_id in contents.results:
+        key = run_key(result)
+        if key in contents.results:
             duplicates += 1
             continue
-        contents.results[result.experiment_id] = result
+        contents.results[key] = result
     if duplicates:
         contents.warnings.append(
-            f"{path.name}: {duplicates} repeated result(s) of an experiment already in the journal; kept the first"
+            f"{path.name}: {duplicates} repeated result(s) of a run already in the journal; kept the first"
         )
     return contents
 

@@ -11,6 +11,13 @@ capacity). Tests drive it with made-up nodes and events.
 - **Placement** fills the nodes: while experiments of a shape wait, start workers of that shape
   wherever one fits in what our workers leave free. An idle worker that no waiting experiment
   can use is retired when another shape needs its room (GPU workers make way for CPU ones).
+- **Replicates.** An experiment with ``replicates: k`` is k runs (``Run``: the experiment and its
+  replicate), queued replicate by replicate (every experiment's run 0 first). Each run of an
+  experiment goes to another worker process: first to an idle worker whose device (its GPUs, or
+  for a CPU worker the worker itself) no run of that experiment has used, so that replicates land
+  on different GPUs of the same model where one is free; else to a worker that has not run it in
+  its own process. A worker left idle with only runs of experiments it has run is retired, and a
+  fresh worker (a new process on the same GPU) takes its place and its queue.
 - **Recycling.** A worker that returns its result with a reason to retire (it ran
   ``max_experiments``, its memory grew past its limit, or its reset raised: see
   ``tasks.worker.Worker``) is replaced; the result stands as the worker made it.
@@ -38,9 +45,10 @@ capacity). Tests drive it with made-up nodes and events.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -128,12 +136,37 @@ def shape_of(exp: Experiment, gpus_seen: bool | None) -> Shape | None:
 Need = tuple[Shape, str | None]  # a worker shape and the GPU model asked for (None: any)
 
 
+@dataclass(frozen=True)
+class Run:
+    """One run of an experiment: its ``replicate`` (0 .. ``experiment.replicates`` - 1)."""
+
+    experiment: Experiment
+    replicate: int = 0
+
+
+def runs_of(experiments: Sequence[Experiment | Run]) -> list[Run]:
+    """Every run, replicate by replicate: each experiment's run 0 in spec order, then each run 1, ...
+    A ``Run`` given as such stays as it is, in its place among the runs 0 (a resumed sweep's rest)."""
+    given = [e if isinstance(e, Run) else None for e in experiments]
+    if all(g is not None for g in given):
+        return [g for g in given if g is not None]
+    deepest = max((e.replicates for e in experiments if isinstance(e, Experiment)), default=1)
+    out: list[Run] = [e if isinstance(e, Run) else Run(e, 0) for e in experiments]
+    for replicate in range(1, deepest):
+        out += [Run(e, replicate) for e in experiments if isinstance(e, Experiment) and replicate < e.replicates]
+    return out
+
+
+DeviceKey = tuple[str, ...]  # a GPU worker's node and GPU ids; a CPU worker's own id: where a run measured
+
+
 @dataclass(eq=False)
 class Entry:
-    """One experiment in the queue and where it stands."""
+    """One run of an experiment in the queue and where it stands."""
 
-    index: int  # position in the spec
+    index: int  # position among the runs (replicate by replicate, spec order inside)
     exp: Experiment
+    replicate: int = 0
     shape: Shape | None = None  # None until ``device: auto`` can be decided
     attempts: int = 0  # dispatches so far
     lost_nodes: int = 0  # dispatches that ended with the loss of the worker's node
@@ -179,6 +212,14 @@ class WorkerView:
         shape, model = need
         return shape == self.shape and (model is None or model == self.gpu_model)
 
+    @property
+    def device_key(self) -> DeviceKey:
+        """What runs on this worker share with runs on another: its GPUs on its node (a replacement
+        worker holding them again measures on the same device); a CPU worker is its own."""
+        if self.shape.gpus and self.gpu_ids:
+            return ("gpu", self.node.node_id, *self.gpu_ids)
+        return ("worker", str(self.id))
+
 
 @dataclass(frozen=True)
 class Start:
@@ -194,10 +235,11 @@ class Start:
 
 @dataclass(frozen=True)
 class Dispatch:
-    """Run ``experiment`` on an idle worker."""
+    """Run ``experiment`` (its run ``replicate``) on an idle worker."""
 
     worker_id: int
     experiment: Experiment
+    replicate: int = 0
 
 
 @dataclass
@@ -212,8 +254,8 @@ class Plan:
 class Queue:
     """The experiments of a sweep with their state; waiting ones by what they need, in spec order."""
 
-    def __init__(self, experiments: Sequence[Experiment]) -> None:
-        self.entries = [Entry(i, exp) for i, exp in enumerate(experiments)]
+    def __init__(self, experiments: Sequence[Experiment | Run]) -> None:
+        self.entries = [Entry(i, run.experiment, run.replicate) for i, run in enumerate(runs_of(experiments))]
         self.unresolved: deque[Entry] = deque(self.entries)  # shape not decided yet
         self.waiting: dict[Need, deque[Entry]] = {}
         self.remaining = len(self.entries)
@@ -234,13 +276,25 @@ class Queue:
         entry.state = "pending"
         self.waiting.setdefault(entry.need, deque()).appendleft(entry)
 
-    def take_for(self, worker: WorkerView) -> Entry | None:
-        """The earliest waiting entry this worker can run (a retry first)."""
-        candidates = [q for need, q in self.waiting.items() if q and worker.serves(need)]
-        if not candidates:
+    def has_for(self, worker: WorkerView) -> bool:
+        """Whether any waiting entry is one this worker could run."""
+        return any(queue and worker.serves(need) for need, queue in self.waiting.items())
+
+    def take_for(self, worker: WorkerView, allowed: Callable[[Entry], bool] | None = None) -> Entry | None:
+        """The earliest waiting entry this worker can run (a retry first), among those ``allowed``."""
+        best: tuple[bool, int] | None = None
+        found: tuple[deque[Entry], Entry] | None = None
+        for need, queue in self.waiting.items():
+            if not queue or not worker.serves(need):
+                continue
+            entry = next((e for e in queue if allowed is None or allowed(e)), None)
+            if entry is not None and (best is None or (entry.attempts == 0, entry.index) < best):
+                best, found = (entry.attempts == 0, entry.index), (queue, entry)
+        if found is None:
             return None
-        queue = min(candidates, key=lambda q: (q[0].attempts == 0, q[0].index))
-        return queue.popleft()
+        queue, entry = found
+        queue.remove(entry)
+        return entry
 
     def demand(self) -> dict[Need, int]:
         """How many entries wait per need, the need with the earliest waiting entry first."""
@@ -265,7 +319,7 @@ class Scheduler:
 
     def __init__(
         self,
-        experiments: Sequence[Experiment],
+        experiments: Sequence[Experiment | Run],
         *,
         pending_timeout_s: float = 0.0,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
@@ -280,6 +334,8 @@ class Scheduler:
         self._unfit_since: dict[Need | None, float] = {}
         self._start_failures: Counter[tuple[str, Shape]] = Counter()  # consecutive, per node and shape
         self.broken: dict[tuple[str, Shape], str] = {}  # (node id, shape) -> why its workers could not start
+        self.measured_on: dict[str, set[DeviceKey]] = {}  # experiment id -> devices its runs were dispatched to
+        self.ran_in: dict[str, set[int]] = {}  # experiment id -> workers that ran one of its runs in their process
 
     @property
     def done(self) -> bool:
@@ -316,6 +372,7 @@ class Scheduler:
         if retire is not None:
             del self.workers[worker_id]
         self.queue.done(entry)
+        result.replicate = entry.replicate
         result.attempts = entry.attempts
         result.lost_nodes = entry.lost_nodes
         result.requested = entry.exp.resources
@@ -400,18 +457,38 @@ class Scheduler:
         return plan
 
     def _dispatch(self, plan: Plan, now: float) -> None:
-        for worker in self.workers.values():
-            if worker.state != "idle":
-                continue
-            entry = self.queue.take_for(worker)
-            if entry is None:
-                continue
-            entry.state, entry.attempts = "running", entry.attempts + 1
-            worker.state, worker.entry, worker.started_at = "busy", entry, now
-            worker.deadline = now + entry.exp.timeout_s
-            worker.experiments_before = 0 if entry.exp.compile.cache == "cold" else worker.experiments
-            worker.experiments += entry.exp.compile.cache != "cold"
-            plan.dispatch.append(Dispatch(worker.id, entry.exp))
+        """Idle workers take waiting runs: first those whose experiment has not used the worker's device,
+        then those it has not run in the worker's process. A worker left idle with only runs it has
+        already run one replicate of is retired: a fresh worker takes its place (``_start``)."""
+        for tier in (self._new_device, self._new_process):
+            for worker in self.workers.values():
+                if worker.state != "idle":
+                    continue
+                entry = self.queue.take_for(worker, functools.partial(tier, worker=worker))
+                if entry is not None:
+                    self._run(plan, worker, entry, now)
+        for worker in [w for w in self.workers.values() if w.state == "idle" and self.queue.has_for(w)]:
+            del self.workers[worker.id]
+            plan.retire.append(worker.id)
+
+    def _new_device(self, entry: Entry, worker: WorkerView) -> bool:
+        return worker.device_key not in self.measured_on.get(entry.exp.id, ())
+
+    def _new_process(self, entry: Entry, worker: WorkerView) -> bool:
+        return entry.exp.compile.cache == "cold" or worker.id not in self.ran_in.get(entry.exp.id, ())
+
+    def _run(self, plan: Plan, worker: WorkerView, entry: Entry, now: float) -> None:
+        exp = entry.exp
+        cold = exp.compile.cache == "cold"  # the worker runs it in a fresh process of its own
+        entry.state, entry.attempts = "running", entry.attempts + 1
+        worker.state, worker.entry, worker.started_at = "busy", entry, now
+        worker.deadline = now + exp.timeout_s
+        worker.experiments_before = 0 if cold else worker.experiments
+        worker.experiments += not cold
+        self.measured_on.setdefault(exp.id, set()).add(worker.device_key)
+        if not cold:
+            self.ran_in.setdefault(exp.id, set()).add(worker.id)
+        plan.dispatch.append(Dispatch(worker.id, exp, entry.replicate))
 
     def _unschedulable(self, plan: Plan, now: float) -> None:
         """Waiting experiments that no node can hold: after ``pending_timeout_s``, recorded."""
@@ -586,6 +663,7 @@ class Scheduler:
         result = failed_result(
             entry.exp, status, error, started_at=now if started is None else started, finished_at=now
         )
+        result.replicate = entry.replicate
         result.attempts = entry.attempts
         result.lost_nodes = entry.lost_nodes
         result.requested = entry.exp.resources

@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from orchestrator.cluster import ClusterInfo
-from orchestrator.journal import Journal
-from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Scheduler
+from orchestrator.journal import Journal, RunKey, run_key
+from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
 from tasks.models import Experiment, Result, WorkerLimits
 
@@ -27,7 +27,7 @@ NODE_POLL_S = 1.0  # how often the cluster's nodes are listed (one call to Ray's
 
 
 def run_experiments(
-    experiments: Sequence[Experiment],
+    experiments: Sequence[Experiment | Run],
     cluster: ClusterInfo,
     journal: Journal | None = None,
     on_result: OnResult | None = None,
@@ -37,7 +37,10 @@ def run_experiments(
     worker_limits: WorkerLimits | None = None,
     executor: Executor | None = None,
 ) -> list[Result]:
-    """Run every experiment on long-lived workers; results in spec order, each recorded once.
+    """Run every experiment on long-lived workers; results in the order of the runs, each recorded once.
+
+    An ``Experiment`` stands for all its runs (``replicates``), a ``Run`` for itself
+    (``orchestrator.policy.runs_of``: every experiment's run 0 first, then each run 1, ...).
 
     ``cluster`` is the cluster joined (``orchestrator.cluster.connect``); its nodes are the
     first view of it, listed again as the sweep runs. ``pending_timeout_s`` is how long an
@@ -49,13 +52,14 @@ def run_experiments(
     scheduler; see ``orchestrator.pool.Executor``). On KeyboardInterrupt the workers are killed
     and the interrupt goes on; what was recorded before it stays recorded.
     """
-    scheduler = Scheduler(experiments, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s)
+    runs = runs_of(experiments)
+    scheduler = Scheduler(runs, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s)
     pool = Pool(executor, worker_limits)
-    results: dict[str, Result] = {}
+    results: dict[RunKey, Result] = {}
     requested: list[dict[str, float]] = []
 
     def record(result: Result) -> None:
-        results[result.experiment_id] = result
+        results[run_key(result)] = result
         if journal is not None:
             journal.append(result)
         if on_result is not None:
@@ -114,4 +118,4 @@ def run_experiments(
         pool.shutdown()
         if requested:
             pool.request([])
-    return [results[exp.id] for exp in experiments]
+    return [results[(run.experiment.id, run.replicate)] for run in runs]

@@ -39,7 +39,7 @@ def test_appends_read_back_in_order(tmp_path):
         journal.append(result("a"))
         journal.append(result("b"))
     contents = read_journal(path)
-    assert list(contents.results) == ["a", "b"] and contents.warnings == []
+    assert list(contents.results) == [("a", 0), ("b", 0)] and contents.warnings == []
     assert read_journal(tmp_path / "missing.jsonl").results == {}
 
 
@@ -56,9 +56,9 @@ def test_an_earlier_journal_is_refused_kept_or_emptied_only_when_asked(tmp_path)
     assert len(read_journal(path)) == 1  # refusing touched nothing
 
     with Journal(path, resume=True) as journal:
-        assert list(journal.previous.results) == ["a"]
+        assert list(journal.previous.results) == [("a", 0)]
         journal.append(result("b"))
-    assert list(read_journal(path).results) == ["a", "b"]
+    assert list(read_journal(path).results) == [("a", 0), ("b", 0)]
 
     with Journal(path, overwrite=True) as journal:
         assert len(journal.previous) == 0 and path.read_bytes() == b""
@@ -78,14 +78,14 @@ def test_a_line_cut_by_a_kill_is_skipped_with_a_warning_and_appends_start_on_a_n
     with path.open("a") as f:
         f.write(line[: len(line) // 2])  # the driver died mid-write
     contents = read_journal(path)
-    assert list(contents.results) == ["a"]
+    assert list(contents.results) == [("a", 0)]
     assert contents.warnings == [
         "r.journal.jsonl: skipped line 2, which is not a result (cut short, as by a driver killed while writing it)"
     ]
     with Journal(path, resume=True) as journal:
         journal.append(result("b"))
     contents = read_journal(path)
-    assert list(contents.results) == ["a", "b"]
+    assert list(contents.results) == [("a", 0), ("b", 0)]
     assert len(contents.warnings) == 1 and "skipped line 2" in contents.warnings[0]
 
 
@@ -95,10 +95,10 @@ def test_first_result_of_an_id_wins_and_garbage_is_named(tmp_path):
         "\n".join([result("a", 1.0).model_dump_json(), "{not json", result("a", 2.0).model_dump_json(), ""])
     )
     contents = read_journal(path)
-    assert contents.results["a"].started_at == 1.0
+    assert contents.results[("a", 0)].started_at == 1.0
     assert contents.warnings[0].startswith("r.journal.jsonl: skipped line 2, which is not a result (")
     assert contents.warnings[1] == (
-        "r.journal.jsonl: 1 repeated result(s) of an experiment already in the journal; kept the first"
+        "r.journal.jsonl: 1 repeated result(s) of a run already in the journal; kept the first"
     )
 
 
@@ -125,3 +125,15 @@ def test_one_writer_at_a_time_and_the_lock_dies_with_its_process(tmp_path):
         holder.kill()  # SIGKILL: no cleanup runs; the kernel drops the lock with the process
         holder.wait()
     Journal(path, resume=True).close()  # the holder is gone, and so is its lock
+
+
+def test_replicates_of_one_experiment_are_runs_of_their_own(tmp_path):
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        for replicate in (0, 1, 2):
+            journal.append(result("a").model_copy(update={"replicate": replicate}))
+        journal.append(result("a").model_copy(update={"replicate": 1, "started_at": 9.0}))  # a repeat of run 1
+    contents = read_journal(path)
+    assert list(contents.results) == [("a", 0), ("a", 1), ("a", 2)]
+    assert contents.results[("a", 1)].started_at != 9.0
+    assert "1 repeated result(s) of a run" in contents.warnings[0]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.nodes import Node
-from orchestrator.policy import MAX_NODE_LOSSES, Dispatch, Scheduler, Shape, Start, shape_of
+from orchestrator.policy import MAX_NODE_LOSSES, Dispatch, Run, Scheduler, Shape, Start, runs_of, shape_of
 from tasks.models import ErrorInfo, Experiment, Result
 
 CRASH = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")
@@ -340,3 +340,61 @@ def test_a_worker_starting_on_a_lost_node_is_not_a_failed_start():
     assert s.broken == {}
     s.observe_nodes([node("a", 1, 1)])
     assert len(s.plan(4).start) == 1
+
+
+def test_replicates_are_queued_replicate_by_replicate():
+    a, b = exp(0, replicates=3), exp(1)
+    assert [(r.experiment.seed, r.replicate) for r in runs_of([a, b])] == [(0, 0), (1, 0), (0, 1), (0, 2)]
+    assert runs_of([Run(a, 2)]) == [Run(a, 2)]  # a resumed sweep's remaining runs stay as given
+
+
+def test_replicates_go_to_different_gpus_of_the_model_when_they_are_free():
+    s = Scheduler([exp(0, replicates=3)])
+    s.observe_nodes([node("a", 8, 2, "H100"), node("b", 8, 2, "H100")])
+    plan = s.plan(0)
+    ready_all(s, plan.start)
+    gpu_of = {st.worker_id: (st.node_id, st.worker_id) for st in plan.start}
+    dispatched = s.plan(1).dispatch
+    assert [d.replicate for d in dispatched] == [0, 1, 2]
+    assert len({gpu_of[d.worker_id] for d in dispatched}) == 3  # three GPUs, none shared
+    results = [s.finished(d.worker_id, ok(d.experiment)) for d in dispatched]
+    assert [r.replicate for r in results] == [0, 1, 2] and {r.experiment_id for r in results} == {exp(0).id}
+
+
+def test_a_replicate_with_no_other_gpu_free_runs_on_a_fresh_worker_of_the_same_gpu():
+    s = Scheduler([exp(0, replicates=3), exp(1)])
+    s.observe_nodes([node("a", 4, 1, "H100")])
+    plan = s.plan(0)
+    ready_all(s, plan.start)
+    (first,) = s.plan(1).dispatch
+    assert (first.experiment.seed, first.replicate) == (0, 0)
+    s.finished(first.worker_id, ok(first.experiment))
+    (second,) = s.plan(2).dispatch
+    assert (second.experiment.seed, second.worker_id) == (1, first.worker_id)  # a run new to this GPU goes first
+    s.finished(second.worker_id, ok(second.experiment))
+    workers = {first.worker_id}
+    for now, replicate in ((3, 1), (5, 2)):
+        replaced = s.plan(now)
+        assert replaced.dispatch == [] and replaced.retire == [max(workers)]  # only runs it has run: retired
+        (start,) = replaced.start  # ... and a fresh worker starts on the same GPU
+        assert start.node_id == "a" and start.worker_id not in workers
+        workers.add(start.worker_id)
+        s.worker_ready(start.worker_id, "h", 2000 + now, ["0"])
+        (again,) = s.plan(now + 1).dispatch
+        assert (again.worker_id, again.experiment.seed, again.replicate) == (start.worker_id, 0, replicate)
+        assert s.workers[again.worker_id].experiments_before == 0
+        assert s.finished(again.worker_id, ok(again.experiment)).replicate == replicate
+    assert s.done
+
+
+def test_a_worker_on_another_gpu_that_becomes_ready_takes_the_replicate():
+    s = Scheduler([exp(0, replicates=2)])
+    s.observe_nodes([node("a", 8, 2, "H100")])
+    plan = s.plan(0)
+    s.worker_ready(plan.start[0].worker_id, "h", 1, ["0"])
+    (first,) = s.plan(1).dispatch
+    s.finished(first.worker_id, ok(first.experiment))
+    s.worker_ready(plan.start[1].worker_id, "h", 2, ["1"])
+    later = s.plan(2)
+    (second,) = later.dispatch
+    assert second.worker_id == plan.start[1].worker_id and later.retire == []  # GPU 1's worker; GPU 0's stays

@@ -112,10 +112,10 @@ def test_a_driver_killed_mid_sweep_resumes_with_every_experiment_once(write_spec
     assert [r["experiment_id"] for r in report["results"]] == ids  # each once, in spec order
     assert report["complete"] is True and report["summary"]["counts"]["ok"] == len(ids)
     for r in report["results"]:
-        if r["experiment_id"] in before:  # kept as they were, not run again
-            assert r["started_at"] == before[r["experiment_id"]].started_at
+        if (r["experiment_id"], 0) in before:  # kept as they were, not run again
+            assert r["started_at"] == before[(r["experiment_id"], 0)].started_at
     after = read_journal(journal)
-    assert sorted(after.results) == sorted(ids)
+    assert sorted(after.results) == sorted((i, 0) for i in ids)
     valid_lines = journal.read_bytes().count(b"\n") - 1  # less the half line, which ends where resume began
     assert valid_lines == len(ids)  # only the rest ran: nothing journaled twice
 
@@ -169,3 +169,43 @@ def test_an_earlier_journal_is_refused_before_ray_starts(write_spec, tmp_path, m
     both = runner.invoke(app, ["run", str(spec), "--out", str(out), "--resume", "--overwrite"])
     assert both.exit_code == 2 and "choose one" in both.output
     assert journal_path(out).read_text() == "{}\n"  # untouched
+
+
+REPLICATED = """
+name: replicated
+defaults:
+  device: cpu
+  resources: {{cpus: 1}}
+  compile: {{backend: eager}}
+  timing: {{warmup: 0, repeats: 3}}
+  check: {{enabled: false}}
+experiments:
+  - target: seed.foo
+    replicates: {k}
+  - target: seed.bar
+"""
+
+
+def test_replicates_run_in_other_processes_and_resume_keys_on_the_replicate(write_spec, tmp_path, ray_cluster):
+    out = tmp_path / "r.json"
+    report = api.run(write_spec(REPLICATED.format(k=2)), out)
+    foo = load_spec(write_spec(REPLICATED.format(k=2))).experiments[0]
+    assert [(r.target, r.replicate) for r in report.results] == [("seed.foo", 0), ("seed.foo", 1), ("seed.bar", 0)]
+    assert report.complete and {r.status for r in report.results} == {"ok"}
+    first, second = report.results[:2]
+    assert first.experiment_id == second.experiment_id == foo.id
+    assert first.worker.pid != second.worker.pid  # each replicate in a process of its own
+
+    raised = write_spec(REPLICATED.format(k=3))  # the same experiments, one more replicate of the first
+    assert [e.id for e in load_spec(raised).experiments] == [foo.id, report.results[2].experiment_id]
+    plans = []
+    again = api.run(raised, out, resume=True, on_start=plans.append)
+    assert [(run.experiment.id, run.replicate) for run in plans[0].todo] == [(foo.id, 2)]  # only the new one
+    assert [(r.target, r.replicate) for r in again.results] == [
+        ("seed.foo", 0),
+        ("seed.foo", 1),
+        ("seed.foo", 2),
+        ("seed.bar", 0),
+    ]
+    assert again.results[0].started_at == first.started_at  # kept, not run again
+    assert len({r.worker.pid for r in again.results[:3]}) == 3

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.report import Environment, Report, build_report
-from tasks.models import CompileCache, ErrorInfo, Experiment, Result, WorkerInfo, WorkInfo
+from tasks.models import Calibration, CompileCache, ErrorInfo, Experiment, Result, WorkerInfo, WorkInfo
 from tasks.stats import side_timing, speedup_ci
 
 
@@ -150,3 +150,60 @@ def make_runs(
             r.worker.pid = 1 + i
         runs.append(r)
     return runs
+
+
+def make_replicates(
+    speedups: list[float], *, gpu_ids: list[str] | None = None, node: str = "node-1", **kwargs: Any
+) -> list[Result]:
+    """One experiment run once per speedup: replicate i has ``speedups[i]`` and its own samples, and ran on
+    ``gpu_ids[i]`` of ``node`` where given (a GPU model is needed for that: ``gpu=``)."""
+    results = []
+    for i, speedup in enumerate(speedups):
+        r = make_result(speedup=speedup, sample_seed=1000 + i, **kwargs)
+        r.replicate = i
+        if gpu_ids is not None and r.worker is not None:
+            r.worker.node_id = node
+            r.worker.gpu_ids = [gpu_ids[i]]
+        results.append(r)
+    return results
+
+
+def make_calibration(
+    id: str = "node-1/gpu0", model: str = "H100", *, slow: bool = False, figures: dict[str, float] | None = None
+) -> Calibration:
+    """A GPU's calibration entry; a slow one says which figure fell short."""
+    return Calibration(
+        id=id,
+        node_id="node-1",
+        hostname="node-1",
+        device="cuda",
+        gpu_id=id.rsplit("gpu", 1)[-1],
+        model=model,
+        figures=figures or {"fp32_tflops": 51.2, "bf16_tflops": 740.0, "copy_gbps": 2890.0},
+        slow=slow,
+        slow_reasons=["fp32_tflops 10% below the H100 median (51.2)"] if slow else [],
+    )
+
+
+def replicated_report() -> Report:
+    """seed.foo3 under two configurations, three replicates each on two GPUs of one node; seed.bar once."""
+    results = [
+        *make_replicates([2.0, 2.2, 2.1], noise=0.002, target="seed.foo3", gpu="H100", gpu_ids=["0", "1", "0"]),
+        *make_replicates(
+            [1.9, 2.05, 2.0], noise=0.002, target="seed.foo3", backend="aot_eager", gpu="H100", gpu_ids=["1", "0", "1"]
+        ),
+        make_result("seed.bar", 0.5, gpu="H100"),
+        make_result("seed.bar", 0.6, gpu="H100", backend="aot_eager"),
+    ]
+    return make_report(results, name="replicated")
+
+
+def calibrated_report() -> Report:
+    """Two H100s calibrated, GPU 1 slow (the report's list says so; the result's own copy was taken before)."""
+    fast, slow = make_calibration("node-1/gpu0"), make_calibration("node-1/gpu1", slow=True)
+    on_fast, on_slow = make_result("seed.foo3", 2.0, gpu="H100"), make_result("seed.bar", 0.5, gpu="H100")
+    on_fast.worker.calibration = fast
+    on_slow.worker.calibration = slow.model_copy(update={"slow": False, "slow_reasons": []})
+    report = make_report([on_fast, on_slow], name="calibrated")
+    report.environment.calibration = [fast, slow]
+    return report

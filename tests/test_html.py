@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.report import write_report
 from orchestrator.report.html import render_html
-from tests.report_data import make_report, make_result, mixed_report
+from tests.report_data import calibrated_report, make_report, make_result, mixed_report, replicated_report
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for path in map(shutil.which, BROWSERS) if path), None)
@@ -128,3 +128,28 @@ def test_run_writes_the_page_at_the_end(ray_cluster, write_spec, tmp_path):
     result = CliRunner().invoke(app, ["run", str(spec), "--out", str(out), "--html", str(page)])
     assert result.exit_code == 0, result.output
     assert "<h1>small</h1>" in page.read_text()
+
+
+def test_the_page_shows_replicates_their_interval_and_calibration_only_when_present(page):
+    report = replicated_report()
+    report.environment.calibration = calibrated_report().environment.calibration
+    report.results[0].worker.calibration = report.environment.calibration[1]  # r0 of seed.foo3 ran on the slow GPU
+    text = render_html(report)
+    for expected in (
+        "<th>CI over</th>",
+        "<th>within-run CI</th>",
+        "<th>GPU spread</th>",
+        "<td>3 runs</td>",
+        "95% CI over k runs: a Student t-interval",
+        "<h3>calibration</h3>",
+        '<td class="bad">slow</td>',
+        "fp32_tflops 10% below the H100 median (51.2)",
+        "<th>replicate</th>",
+        "<td>r2</td>",
+        "slow device",
+        '"seed.foo3 r1"',  # each replicate has its bar in the speedup chart
+    ):
+        assert expected in text, expected
+    plain = page.read_text()
+    for absent in ("<th>CI over</th>", "<h3>calibration</h3>", "<th>replicate</th>", "slow device"):
+        assert absent not in plain, absent

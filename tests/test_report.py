@@ -8,6 +8,7 @@ import os
 import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from orchestrator.report import (
@@ -19,7 +20,8 @@ from orchestrator.report import (
     write_atomic,
     write_report,
 )
-from tests.report_data import make_report, make_result, mixed_report
+from orchestrator.report.summary import Z95
+from tests.report_data import make_replicates, make_report, make_result, mixed_report
 
 DATA = Path(__file__).parent / "data"
 
@@ -291,3 +293,142 @@ def test_compile_latency_means_never_mix_cold_and_warm_nor_hits_and_misses():
     warm = configs["inductor"].own
     assert warm.compile_cache == "warm: hit" and warm.compile_latency_s == pytest.approx(0.05)
     assert configs["inductor+cold"].own.compile_cache == "cold: miss"
+
+
+# ------------------------------------------------------------------------------------ replicates
+
+
+def _t_interval(speedups: list[float]) -> tuple[float, float]:
+    """Student's t 95% interval on the mean log speedup, computed here the long way."""
+    from scipy.stats import t
+
+    logs = np.log(speedups)
+    half = t.ppf(0.975, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs))
+    return math.exp(logs.mean() - half), math.exp(logs.mean() + half)
+
+
+def test_replicates_give_a_between_run_interval_beside_the_within_run_one():
+    runs = make_replicates([1.10, 1.12, 1.14], noise=0.002)
+    (group,) = summarize(runs).groups
+    best = group.best
+    speedups = [r.speedup for r in runs]
+    assert best.replicates == 3 and group.results == 3
+    assert best.speedup == pytest.approx(sorted(speedups)[1])  # the median replicate, ~1.12
+    assert best.ci == best.ci_between == pytest.approx(_t_interval(speedups))
+    assert best.ci[0] == pytest.approx(1.074, abs=0.005) and best.ci[1] == pytest.approx(1.169, abs=0.005)
+    low, high = best.ci_within  # each run's own samples say +-0.1%: far narrower than the runs disagree
+    assert best.ci[0] < low < best.speedup < high < best.ci[1]
+    assert (high / low) < 1.01 < 1.05 < best.ci[1] / best.ci[0]
+
+
+def test_two_replicates_give_an_honest_wide_interval():
+    (two,) = summarize(make_replicates([1.10, 1.14], noise=0.002)).groups
+    (three,) = summarize(make_replicates([1.10, 1.12, 1.14], noise=0.002)).groups
+    low, high = two.best.ci_between  # t(0.975, 1) = 12.71: two runs 4% apart bound the speedup to 0.90-1.39
+    assert low < 0.95 and high > 1.35
+    width_three = three.best.ci[1] / three.best.ci[0] - 1
+    assert high / low - 1 > 4 * width_three  # a third run (same spread) narrows it more than four times
+
+
+def test_best_and_tie_are_decided_by_the_between_run_interval():
+    fast = make_replicates([1.20, 1.32, 1.26], noise=0.002, target="t")
+    slow = make_replicates([1.16, 1.24, 1.20], noise=0.002, target="t", backend="aot_eager")
+    (group,) = summarize([*fast, *slow]).groups
+    best, second = group.best, group.runner_up
+    assert (best.config, second.config) == ("inductor", "aot_eager")
+    assert best.ci_within[0] > second.ci_within[1]  # within one run each, the lead looks beyond noise
+    assert best.ci_between[0] <= second.ci_between[1] and group.tie  # the runs disagree by more than the lead
+    far = make_replicates([1.20, 1.22, 1.21], noise=0.002, target="t", backend="aot_eager")
+    (clear,) = summarize([*make_replicates([2.0, 2.04, 1.98], noise=0.002, target="t"), *far]).groups
+    assert clear.best.config == "inductor" and not clear.tie
+
+
+def test_geometric_means_combine_the_between_run_intervals():
+    a = make_replicates([1.10, 1.16, 1.12], noise=0.002, target="a")
+    b = make_replicates([2.0, 2.2, 2.1], noise=0.002, target="b")
+    s = summarize([*a, *b])
+    ranked = {g.label: g.best for g in s.groups}
+    mean = s.devices[0].configs[0].common
+    assert (mean.n, mean.between) == (2, 2)
+    assert mean.speedup == pytest.approx(math.sqrt(ranked["a"].speedup * ranked["b"].speedup))
+    centres = [math.log(r.ci[0] * r.ci[1]) / 2 for r in ranked.values()]
+    ses = [math.log(r.ci[1] / r.ci[0]) / (2 * Z95) for r in ranked.values()]
+    se = math.sqrt(sum(x * x for x in ses)) / 2
+    expected = math.exp(sum(centres) / 2 - Z95 * se), math.exp(sum(centres) / 2 + Z95 * se)
+    assert mean.ci == pytest.approx(expected)
+    assert mean.ci_within[1] / mean.ci_within[0] < 1.01 < mean.ci[1] / mean.ci[0]
+
+
+def test_seeds_with_replicates_combine_each_seeds_between_run_figure():
+    seed0 = make_replicates([1.10, 1.20, 1.15], noise=0.002, seed=0)
+    seed1 = make_replicates([1.40, 1.50, 1.45], noise=0.002, seed=1)
+    (group,) = summarize([*seed0, *seed1]).groups
+    medians = [sorted(r.speedup for r in runs)[1] for runs in (seed0, seed1)]
+    assert group.best.speedup == pytest.approx(math.sqrt(medians[0] * medians[1]))
+    assert group.best.replicates == 3 and group.best.ci == group.best.ci_between and group.results == 6
+
+
+def test_the_spread_across_gpus_is_the_fastest_gpus_speedup_over_the_slowests():
+    runs = make_replicates([1.00, 1.10, 1.02], noise=0.002, gpu="H100", gpu_ids=["0", "1", "0"])
+    s = summarize(runs)
+    best = s.groups[0].best
+    gpu0 = (runs[0].speedup + runs[2].speedup) / 2  # the median of the two replicates on GPU 0
+    assert best.gpus == 2 and best.spread == pytest.approx(runs[1].speedup / gpu0)
+    assert s.devices[0].configs[0].common.spread == pytest.approx(best.spread)
+    one_gpu = summarize(make_replicates([1.00, 1.10], noise=0.002, gpu="H100", gpu_ids=["0", "0"])).groups[0].best
+    assert (one_gpu.gpus, one_gpu.spread) == (1, None)
+    on_cpu = summarize(make_replicates([1.00, 1.10], noise=0.002)).groups[0].best
+    assert (on_cpu.gpus, on_cpu.spread) == (0, None)
+
+
+def test_a_replicate_without_a_valid_timing_leaves_the_others_to_the_figure():
+    runs = make_replicates([1.10, 1.12, 1.14], noise=0.002)
+    runs[2] = runs[2].model_copy(update={"status": "timeout", "speedup": None, "speedup_ci": None})
+    (group,) = summarize(runs).groups
+    assert group.results == 3 and group.best.replicates == 2
+    assert group.best.ci == pytest.approx(_t_interval([runs[0].speedup, runs[1].speedup]))
+
+
+def test_pass_rate_counts_checked_passes_and_unchecked_results_apart():
+    never_checked = make_result("b", 2.0)
+    never_checked.correct = None
+    results = [make_result("a", 2.0), never_checked, make_result("c", None, status="compile_error")]
+    (config,) = summarize(results).devices[0].configs
+    assert (config.results, config.ok, config.passed, config.unchecked) == (3, 2, 1, 1)
+    assert config.pass_rate == pytest.approx(1 / 3)  # counting ok would say 2/3
+
+
+def test_every_replicate_counts_in_a_configurations_results():
+    runs = make_replicates([1.10, 1.12, 1.14], noise=0.002)
+    runs[1] = runs[1].model_copy(update={"status": "crashed", "speedup": None, "correct": None})
+    (config,) = summarize(runs).devices[0].configs
+    assert (config.results, config.ok, config.passed, config.unchecked) == (3, 2, 2, 0)
+    assert config.counts == {"crashed": 1}
+
+
+def test_a_report_written_before_replicates_summarises_as_it_did():
+    """``data/summary-before-replicates.json``: a report and its summary written before replicates and
+    before unchecked results were counted apart (per-call samples emptied: the summary never reads
+    them). Only one figure may differ: the pass rate of the configuration with an unchecked result."""
+    report = load_report(DATA / "summary-before-replicates.json")
+    new = summarize(report.results)
+    added = {"replicates", "ci_within", "ci_between", "spread", "gpus", "between", "passed", "unchecked"}
+    assert _without(new.model_dump(mode="json"), added | {"pass_rate"}) == _without(
+        report.summary.model_dump(mode="json"), added | {"pass_rate"}
+    )
+    rates = {(d.device_model, c.config): c.pass_rate for d in new.devices for c in d.configs}
+    before = {(d.device_model, c.config): c.pass_rate for d in report.summary.devices for c in d.configs}
+    changed = {key: (before[key], rates[key]) for key in rates if rates[key] != before[key]}
+    assert changed == {("A100", "inductor"): (1.0, 0.9)}  # seed.foo5: ok, never checked
+    ranked = [x for g in new.groups for x in (g.best, g.runner_up) if x]
+    assert all(x.ci == x.ci_within and x.ci_between is None and x.replicates == 1 for x in ranked)
+    means = [m for d in new.devices for c in d.configs for m in (c.common, c.own) if m]
+    assert all(m.ci == m.ci_within and m.between == 0 and m.spread is None for m in means)
+
+
+def _without(data: object, keys: set[str]) -> object:
+    if isinstance(data, dict):
+        return {k: _without(v, keys) for k, v in data.items() if k not in keys}
+    if isinstance(data, list):
+        return [_without(v, keys) for v in data]
+    return data

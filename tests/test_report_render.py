@@ -12,9 +12,17 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.report import csv_text, markdown, print_report, results_table, write_report
 from orchestrator.report.progress import RunProgress, TimeLeftColumn
-from orchestrator.report.render import CSV_COLUMNS, results_rows
+from orchestrator.report.render import (
+    CSV_COLUMNS,
+    device_rows,
+    groups_rows,
+    headline,
+    interval,
+    results_rows,
+    views,
+)
 from tasks.models import WorkInfo
-from tests.report_data import make_report, make_result, mixed_report
+from tests.report_data import calibrated_report, make_report, make_result, mixed_report, replicated_report
 
 runner = CliRunner()
 
@@ -153,3 +161,111 @@ def test_time_left_is_the_average_pace_times_what_remains():
     task.start_time = time.monotonic() - 60  # done 2 in a minute: 8 left take 4 minutes
     progress.progress.update(progress.task, completed=2)
     assert column.render(task).plain in ("~4:00 left", "~4:01 left")
+
+
+# ------------------------------------------------------------------------- replicates, calibration
+
+
+def test_replicates_are_shown_only_when_a_report_has_them():
+    rows = results_rows(replicated_report().results)
+    column = rows.headers.index("replicate")
+    assert rows.headers[column - 1] == "config"
+    assert [row[column] for row in rows.rows] == ["r0", "r1", "r2", "r0", "r1", "r2", "r0", "r0"]
+    assert "replicate" not in results_rows(mixed_report().results).headers
+    text = markdown(replicated_report())
+    assert "| target | config | replicate | eager ms |" in text
+    assert "replicate" not in markdown(mixed_report())
+
+
+def test_the_groups_table_says_which_interval_it_shows():
+    report = replicated_report()
+    rows = {
+        row[0]: dict(zip(view.headers, row, strict=True)) for view in [groups_rows(report.summary)] for row in view.rows
+    }
+    foo3 = rows["seed.foo3"]
+    best = report.summary.groups[0].best
+    assert foo3["CI over"] == "3 runs" and foo3["95% CI"] == interval(best.ci_between)
+    assert foo3["within-run CI"] == interval(best.ci_within) != foo3["95% CI"]
+    assert foo3["GPU spread"] == f"{best.spread:.3f}x (2 GPUs)"
+    assert foo3["verdict"] == "tie within noise"  # 2.1x against 2.0x over three runs each
+    assert (rows["seed.bar"]["CI over"], rows["seed.bar"]["GPU spread"]) == ("one run", "-")
+    text = text_of(report)
+    assert "95% CI over k runs: a Student t-interval on the log speedups" in text
+    assert "GPU spread: the fastest GPU's speedup over the slowest's" in text
+    plain = groups_rows(mixed_report().summary)
+    assert "CI over" not in plain.headers and "GPU spread" not in plain.headers and not plain.notes
+
+
+def test_the_device_table_says_how_many_groups_are_between_runs():
+    report = replicated_report()
+    (device,) = report.summary.devices
+    rows = device_rows(device)
+    inductor = dict(zip(rows.headers, rows.rows[0], strict=True))
+    mean = device.configs[0].common
+    assert inductor["CI over"] == "runs in 1 of 2 groups" and inductor["95% CI"] == interval(mean.ci)
+    assert inductor["within-run CI"] == interval(mean.ci_within) and inductor["GPU spread"] == f"{mean.spread:.3f}x"
+    assert inductor["pass rate"] == "4/4 (100%)"  # every replicate counted
+    assert any("every replicate counted" in note for note in rows.notes)
+
+
+def test_unchecked_results_are_shown_apart_from_passes():
+    never_checked = make_result("b", 2.0)
+    never_checked.correct = None
+    report = make_report([make_result("a", 2.0), never_checked])
+    rows = device_rows(report.summary.devices[0])
+    row = dict(zip(rows.headers, rows.rows[0], strict=True))
+    assert (row["pass rate"], row["unchecked"]) == ("1/2 (50%)", "1")
+    assert headline(report)[-1] == "2 results: 2 ok (1 unchecked)"
+    assert "unchecked" not in device_rows(mixed_report().summary.devices[0]).headers
+    assert headline(mixed_report())[-1] == "20 results: 15 ok, 4 compile_error, 1 oom"
+
+
+def test_a_summary_stored_before_passes_were_counted_shows_its_ok_count():
+    report = make_report([make_result("a", 2.0), make_result("b", None, status="crashed")])
+    stored = report.summary.devices[0].configs[0].model_copy(update={"passed": None, "unchecked": None})
+    report.summary.devices[0].configs[0] = stored
+    rows = device_rows(report.summary.devices[0])
+    assert rows.rows[0][rows.headers.index("pass rate")] == "1/2 (50%)"
+
+
+def test_csv_has_a_replicate_column_only_with_replicates():
+    rows = list(csv.DictReader(io.StringIO(csv_text(replicated_report()))))
+    assert list(rows[0])[:3] == ["experiment_id", "replicate", "target"]
+    assert [r["replicate"] for r in rows] == ["0", "1", "2", "0", "1", "2", "0", "0"]
+    assert "replicate" not in csv_text(mixed_report()).splitlines()[0].split(",")
+
+
+def test_calibration_is_a_table_and_a_slow_device_marks_its_results():
+    report = calibrated_report()
+    text = text_of(report)
+    for expected in (
+        "calibration",
+        "node-1/gpu1",
+        "fp32_tflops 51.2, bf16_tflops 740, copy_gbps 2890",
+        "fp32_tflops 10% below the H100 median (51.2)",
+        "slow device",
+    ):
+        assert expected in text, expected
+    rows = results_rows(report.results, calibration=report.environment.calibration)
+    notes = {row[0]: row[rows.headers.index("notes")] for row in rows.rows}
+    assert notes == {"seed.foo3": "", "seed.bar": "slow device"}
+    md = markdown(report)
+    assert "**calibration**" in md and "| node-1/gpu1 | H100 |" in md and "slow device" in md
+    table = [v for v in views(report) if v.title == "calibration"]
+    assert [row[3] for row in table[0].rows] == ["", "slow"]
+    lines = list(csv.DictReader(io.StringIO(csv_text(report))))
+    assert [(r["calibration"], r["slow"]) for r in lines] == [("node-1/gpu0", "False"), ("node-1/gpu1", "True")]
+
+
+def test_no_calibration_no_table_and_no_marker():
+    report = mixed_report()
+    assert all(v.title != "calibration" for v in views(report))
+    assert "slow device" not in text_of(report) and "calibration" not in csv_text(report).splitlines()[0]
+
+
+def test_report_command_prints_the_between_run_interval(tmp_path):
+    path = tmp_path / "r.json"
+    write_report(replicated_report(), path)
+    result = runner.invoke(app, ["report", str(path)], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "CI over" in result.output and "3 runs" in result.output and "within-run CI" in result.output

@@ -13,7 +13,17 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.report.models import Report, group_label
-from orchestrator.report.render import Rows, cache_text, first_line, headline, results_rows, views
+from orchestrator.report.render import (
+    TIE_TEXT,
+    Rows,
+    bad,
+    cache_text,
+    first_line,
+    has_replicates,
+    headline,
+    results_rows,
+    views,
+)
 from orchestrator.report.summary import device_model, valid_timing
 from tasks.models import Result
 
@@ -89,7 +99,7 @@ def render_html(report: Report) -> str:
     body.append("<h2>Failures</h2>")
     body.append(_failures(report))
     body.append("<h2>Every result</h2>")
-    body.append(_table(results_rows(report.results, report.name)))
+    body.append(_table(results_rows(report.results, report.name, report.environment.calibration)))
     return (
         "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
         f"<title>{_e(report.name)}: compilebench report</title>"
@@ -103,8 +113,11 @@ def render_html(report: Report) -> str:
 
 
 def speedup_figures(report: Report) -> list[go.Figure]:
-    """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x."""
+    """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x.
+    Where experiments ran more than once, each replicate has its bar (``seed.foo r1``)."""
     import plotly.graph_objects as go
+
+    replicated = has_replicates(report.results)
 
     by_model: dict[str, list[Result]] = defaultdict(list)
     for r in report.results:
@@ -121,7 +134,7 @@ def speedup_figures(report: Report) -> list[go.Figure]:
             fig.add_trace(
                 go.Bar(
                     name=config,
-                    x=[_group_of(r) for r in mine],
+                    x=[_group_of(r) + (f" r{r.replicate}" if replicated else "") for r in mine],
                     y=speedups,
                     marker_color=COLORS[i % len(COLORS)],
                     error_y={
@@ -291,9 +304,9 @@ def _table(rows: Rows) -> str:
         cells = []
         for h, cell in zip(rows.headers, row, strict=True):
             cls = "num" if h in rows.right else ""
-            if (h == "status" and cell != "ok") or cell == "REGRESSION":
+            if bad(h, cell):
                 cls = "bad"
-            elif cell == "tie within noise":
+            elif cell == TIE_TEXT:
                 cls = "tie"
             cells.append(f'<td class="{cls}">{_e(cell)}</td>' if cls else f"<td>{_e(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")

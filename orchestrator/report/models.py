@@ -27,12 +27,22 @@ class Environment(BaseModel):
 
 
 class Ranked(BaseModel):
-    """One configuration's valid timing inside a group."""
+    """One configuration's valid timing inside a group.
+
+    With replicates (an experiment run k >= 2 times, each in another worker process), ``speedup`` is
+    the median of the replicates' speedups and ``ci`` the between-run interval over them (Student's t
+    on log speedup, k-1 degrees of freedom); without, the result's own figure and interval.
+    """
 
     experiment_id: str
     config: str
     speedup: float
-    ci: tuple[float, float] | None = None  # the result's 95% bootstrap interval of the speedup
+    ci: tuple[float, float] | None = None  # 95%: the interval the ranking used (ci_between if set, else ci_within)
+    replicates: int = 1  # valid timings per experiment behind the figure (the fewest, where seeds are combined)
+    ci_within: tuple[float, float] | None = None  # 95% from within-run noise alone (the results' own intervals)
+    ci_between: tuple[float, float] | None = None  # 95% over the replicates; None with fewer than 2 valid
+    spread: float | None = None  # fastest GPU's speedup / slowest's, over the replicates; None on one GPU
+    gpus: int = 0  # distinct GPUs the replicates ran on (as their workers name them)
 
 
 class Group(BaseModel):
@@ -46,10 +56,10 @@ class Group(BaseModel):
     device_model: str
     phase: Phase
     precision: Precision
-    results: int  # results in the group, any status
+    results: int  # results in the group, any status, every replicate counted
     best: Ranked | None  # the highest speedup among valid timings; None when there is none
     runner_up: Ranked | None = None
-    tie: bool = False  # the best's 95% interval overlaps the runner-up's: the ranking is within noise
+    tie: bool = False  # the best's 95% interval (``ci``: between-run where there is one) overlaps the runner-up's
     failed: dict[str, str] = Field(default_factory=dict)  # config -> status, for results that are not ok
 
     @property
@@ -68,7 +78,10 @@ class GeoMean(BaseModel):
     """Geometric means of one configuration over a set of groups."""
 
     speedup: float
-    ci: tuple[float, float]  # 95% interval from the results' own intervals (measurement noise)
+    ci: tuple[float, float]  # 95%: from the groups' between-run intervals where there are replicates, else within-run
+    ci_within: tuple[float, float] | None = None  # 95% from the results' own intervals alone (measurement noise)
+    between: int = 0  # groups whose figure comes from replicates (between-run); the other n - between: within-run
+    spread: float | None = None  # the largest GPU-to-GPU spread among the groups (see Ranked.spread)
     compile_latency_s: float | None = None  # over results whose caches served them alike (compile_cache)
     compile_cache: str | None = None  # how: "warm: hit", "cold: miss"; "warm: mixed" where they differed
     memory_ratio: float | None = None  # eager peak / compiled peak; None where no result measured memory
@@ -80,9 +93,11 @@ class ConfigSummary(BaseModel):
     """One configuration on one device model: how often it passed and how fast it was."""
 
     config: str
-    results: int
+    results: int  # every result, each replicate of an experiment counted: 3 replicates are 3 results
     ok: int
-    pass_rate: float  # ok / results
+    passed: int | None = None  # ok and judged correct (correct: true); None in a summary written before it
+    unchecked: int | None = None  # ok but never checked (correct: null): not passes; None as passed
+    pass_rate: float  # passed / results (a summary written before passed: ok / results)
     counts: dict[str, int]  # statuses other than ok, with their number
     common: GeoMean | None = None  # over the device model's common set; None when that set is empty
     own: GeoMean | None = None  # over every group this configuration has a valid timing for

@@ -17,12 +17,22 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.report.models import DeviceSummary, Report, Summary, group_label
+from orchestrator.report.models import DeviceSummary, GeoMean, Ranked, Report, Summary, group_label
 from orchestrator.report.summary import device_model
-from tasks.models import Result, SideTiming
+from tasks.models import Calibration, Result, SideTiming
 from tasks.throughput import achieved
 
 TIE_TEXT = "tie within noise"
+REPLICATES_NOTE = (
+    "95% CI over k runs: a Student t-interval on the log speedups of the experiment's k replicates, each run in "
+    "another worker process (between runs; the speedup is their median); within one run: the bootstrap of that "
+    "run's samples. within-run CI: the same figure's interval from each run's own samples alone. Ranking, ties "
+    "and geometric means use the between-run interval where there is one."
+)
+DEVICE_NUMBERS = ("unchecked", "95% CI", "within-run CI", "GPU spread", "compile s", "memory ratio", "n")
+SPREAD_NOTE = (
+    "GPU spread: the fastest GPU's speedup over the slowest's, each GPU's the median of the replicates it ran."
+)
 
 
 @dataclass
@@ -45,25 +55,55 @@ def headline(report: Report) -> list[str]:
     if not report.complete:
         lines.append("INCOMPLETE: the run did not finish; experiments of the spec may be missing from this report.")
     lines.extend(f"WARNING: {w}" for w in report.environment.warnings)
-    lines.append(counts_text(report.summary))
+    lines.append(counts_text(report.summary, unchecked=sum(unchecked(r) for r in report.results)))
     return lines
 
 
-def counts_text(summary: Summary) -> str:
-    shown = ", ".join(f"{n} {status}" for status, n in summary.counts.items() if n)
+def counts_text(summary: Summary, unchecked: int = 0) -> str:
+    """``10 results: 9 ok, 1 compile_error``; ok results never checked for correctness said apart."""
+    shown = ", ".join(
+        f"{n} {status}" + (f" ({unchecked} unchecked)" if status == "ok" and unchecked else "")
+        for status, n in summary.counts.items()
+        if n
+    )
     return f"{sum(summary.counts.values())} results: {shown or 'none'}"
 
 
-def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
+def unchecked(r: Result) -> bool:
+    """ok, but correctness was never judged (``correct: null``): not a pass."""
+    return r.status == "ok" and r.correct is None
+
+
+def has_replicates(results: Sequence[Result]) -> bool:
+    """Some experiment ran more than once (a replicate number above 0)."""
+    return any(r.replicate for r in results)
+
+
+def slow_devices(calibration: Sequence[Calibration]) -> set[str]:
+    """The ids of the calibration entries flagged slow."""
+    return {c.id for c in calibration if c.slow}
+
+
+def on_slow_device(r: Result, slow: set[str]) -> bool:
+    """The result's worker calibrated slow: its own entry says so, or the report's entry of that id does."""
+    entry = r.worker.calibration if r.worker else None
+    return bool(entry and (entry.slow or entry.id in slow))
+
+
+def results_rows(results: Sequence[Result], title: str = "results", calibration: Sequence[Calibration] = ()) -> Rows:
     """One row a result: times, speedup and interval, compile latency, achieved throughput, status.
 
     TFLOP/s and GB/s are the compiled side's (eager's: divide by the speedup), shown when some
-    result counted that kind of work.
+    result counted that kind of work. The replicate (``r0``, ``r1``) sits beside the configuration
+    when some experiment ran more than once; ``slow device`` marks a result whose worker's device
+    calibrated slow (its own entry, or ``calibration``'s entry of the same id).
     """
     flops = any(r.work and r.work.flops for r in results)
     bytes_ = any(r.work and r.work.bytes for r in results)
     models = {device_model(r) for r in results}
-    headers = ["target", *(["device"] if len(models) > 1 else []), "config"]
+    replicated = has_replicates(results)
+    slow = slow_devices(calibration)
+    headers = ["target", *(["device"] if len(models) > 1 else []), "config", *(["replicate"] if replicated else [])]
     headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s", "cache"]
     headers += [*(["TFLOP/s"] if flops else []), *(["GB/s"] if bytes_ else [])]
     headers += ["breaks", "status", "notes"]
@@ -72,8 +112,10 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
         row = [group_label(r.target, r.params, r.phase, r.precision)]
         if len(models) > 1:
             row.append(device_model(r) or "-")
+        row.append(r.config_label)
+        if replicated:
+            row.append(f"r{r.replicate}")
         row += [
-            r.config_label,
             ms(r.eager.median_ms if r.eager else None),
             ms(r.compiled.median_ms if r.compiled else None),
             times(r.speedup),
@@ -83,7 +125,8 @@ def results_rows(results: Sequence[Result], title: str = "results") -> Rows:
         ]
         rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
         row += [*([rate(rates.tflops)] if flops else []), *([rate(rates.gbps)] if bytes_ else [])]
-        row += ["-" if r.graph_breaks is None else str(r.graph_breaks), r.status, ", ".join(notes(r))]
+        marks = [*notes(r), *(["slow device"] if on_slow_device(r, slow) else [])]
+        row += ["-" if r.graph_breaks is None else str(r.graph_breaks), r.status, ", ".join(marks)]
         rows.append(row)
     right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s", "GB/s", "breaks"}
     return Rows(title, headers, rows, right)
@@ -98,9 +141,18 @@ def cache_text(r: Result) -> str:
 
 
 def groups_rows(summary: Summary) -> Rows:
-    """The best configuration of each group, and whether its lead is beyond noise."""
+    """The best configuration of each group, and whether its lead is beyond noise.
+
+    Where some configuration ran replicates, ``CI over`` says which interval ``95% CI`` is (over
+    the runs, or within one run), the within-run interval sits beside it, and the GPU spread
+    follows where replicates ran on two GPUs or more.
+    """
     multi = len({g.device_model for g in summary.groups}) > 1
+    ranked = [x for g in summary.groups for x in (g.best, g.runner_up) if x]
+    between = any(x.ci_between for x in ranked)
+    spread = any(x.spread for x in ranked)
     headers = [*(["device"] if multi else []), "target", "best config", "speedup", "95% CI"]
+    headers += [*(["CI over", "within-run CI"] if between else []), *(["GPU spread"] if spread else [])]
     headers += ["runner-up", "runner-up speedup", "verdict", "not ok"]
     rows = []
     for g in summary.groups:
@@ -112,44 +164,73 @@ def groups_rows(summary: Summary) -> Rows:
         else:
             verdict = TIE_TEXT if g.tie else "best beyond noise"
         failed = ", ".join(f"{c}: {s}" for c, s in g.failed.items())
-        rows.append(
-            [
-                *([g.device_model] if multi else []),
-                g.label,
-                best.config if best else "-",
-                times(best.speedup if best else None),
-                interval(best.ci if best else None),
-                second.config if second else "-",
-                times(second.speedup if second else None),
-                verdict,
-                failed,
-            ]
-        )
-    return Rows("best configuration per group", headers, rows, {"speedup", "95% CI", "runner-up speedup"})
+        row = [
+            *([g.device_model] if multi else []),
+            g.label,
+            best.config if best else "-",
+            times(best.speedup if best else None),
+            interval(best.ci if best else None),
+        ]
+        if between:
+            row += [ci_over(best) if best else "-", interval(best.ci_within if best else None)]
+        if spread:
+            row.append(spread_text(best.spread, best.gpus) if best else "-")
+        row += [second.config if second else "-", times(second.speedup if second else None), verdict, failed]
+        rows.append(row)
+    right = {"speedup", "95% CI", "within-run CI", "GPU spread", "runner-up speedup"}
+    notes = [REPLICATES_NOTE] if between else []
+    notes += [SPREAD_NOTE] if spread else []
+    return Rows("best configuration per group", headers, rows, right, notes)
+
+
+def ci_over(ranked: Ranked) -> str:
+    """What a configuration's ranking interval is over: ``3 runs`` (its replicates) or ``one run``."""
+    if ranked.ci_between is None:
+        return "one run"
+    return f"{ranked.replicates} runs" if ranked.replicates > 1 else "runs; some seeds one run"
+
+
+def spread_text(spread: float | None, gpus: int = 0) -> str:
+    if spread is None:
+        return "-"
+    return f"{spread:.3f}x" + (f" ({gpus} GPUs)" if gpus else "")
 
 
 def device_rows(device: DeviceSummary) -> Rows:
-    """Pass rate and geometric means of each configuration on one device model, over one set of groups."""
+    """Pass rate and geometric means of each configuration on one device model, over one set of groups.
+
+    The pass rate counts results judged correct; ok results never checked get a column of their own
+    when there are any. Where some group's figure comes from replicates, ``CI over`` says how many of
+    the mean's groups are between runs, beside the within-run interval and the largest GPU spread.
+    """
     comparable = bool(device.common)
     over = "common" if comparable else "own"
-    headers = ["config", "pass rate", f"speedup ({over})", "95% CI", "compile s", "cache", "memory ratio", "n"]
-    headers.append("not ok")
+    means = [c.common if comparable else c.own for c in device.configs]
+    checked_apart = any(c.unchecked for c in device.configs)
+    between = any(g and g.between for g in means)
+    spread = any(g and g.spread for g in means)
+    headers = ["config", "pass rate", *(["unchecked"] if checked_apart else []), f"speedup ({over})", "95% CI"]
+    headers += [*(["CI over", "within-run CI"] if between else []), *(["GPU spread"] if spread else [])]
+    headers += ["compile s", "cache", "memory ratio", "n", "not ok"]
     rows = []
-    for c in device.configs:
-        g = c.common if comparable else c.own
-        rows.append(
-            [
-                c.config,
-                f"{c.ok}/{c.results} ({c.pass_rate:.0%})",
-                times(g.speedup if g else None),
-                interval(g.ci if g else None),
-                seconds(g.compile_latency_s if g else None),
-                (g.compile_cache or "-") if g else "-",
-                times(g.memory_ratio if g else None),
-                str(g.n if g else 0),
-                ", ".join(f"{n} {s}" for s, n in c.counts.items()),
-            ]
-        )
+    for c, g in zip(device.configs, means, strict=True):
+        passed = c.ok if c.passed is None else c.passed  # a summary written before: ok counted as passes
+        row = [c.config, f"{passed}/{c.results} ({c.pass_rate:.0%})"]
+        if checked_apart:
+            row.append(str(c.unchecked or 0))
+        row += [times(g.speedup if g else None), interval(g.ci if g else None)]
+        if between:
+            row += [mean_over(g), interval(g.ci_within if g else None)]
+        if spread:
+            row.append(spread_text(g.spread if g else None))
+        row += [
+            seconds(g.compile_latency_s if g else None),
+            (g.compile_cache or "-") if g else "-",
+            times(g.memory_ratio if g else None),
+            str(g.n if g else 0),
+            ", ".join(f"{n} {s}" for s, n in c.counts.items()),
+        ]
+        rows.append(row)
     notes = []
     if comparable:
         notes.append(
@@ -163,8 +244,44 @@ def device_rows(device: DeviceSummary) -> Rows:
         )
     if comparable:
         notes += [f"left out: {left.group} ({left.reason})" for left in device.left_out]
-    right = {f"speedup ({over})", "95% CI", "compile s", "memory ratio", "n"}
+    if checked_apart or between:
+        notes.append(
+            "pass rate: results judged correct over all results, every replicate counted; "
+            "unchecked: ok but never checked for correctness, not counted as passes."
+        )
+    if between:
+        notes.append(
+            "95% CI: combines each group's between-run interval (over its replicates) where it has one, "
+            "else its within-run one; within-run CI: the same mean with within-run noise alone."
+        )
+    right = {f"speedup ({over})", *DEVICE_NUMBERS}
     return Rows(f"{device.device_model}: configurations", headers, rows, right, notes)
+
+
+def mean_over(g: GeoMean | None) -> str:
+    """What a geometric mean's interval is over: ``runs in every group`` (each group's replicates), ``one
+    run``, or in how many of its groups it is over runs."""
+    if g is None:
+        return "-"
+    if g.between == 0:
+        return "one run"
+    return "runs in every group" if g.between == g.n else f"runs in {g.between} of {g.n} groups"
+
+
+def calibration_rows(calibration: Sequence[Calibration]) -> Rows:
+    """Each calibrated worker's device: its probe's figures, and whether it is slow for its model, and why."""
+    rows = [
+        [
+            c.id,
+            c.model,
+            ", ".join(f"{name} {figure(value)}" for name, value in c.figures.items()),
+            "slow" if c.slow else "",
+            "; ".join(c.slow_reasons),
+        ]
+        for c in calibration
+    ]
+    notes = ["slow: a figure more than 5% below the median of the entries of the same model (the reasons name it)."]
+    return Rows("calibration", ["id", "model", "figures", "slow", "reasons"], rows, notes=notes)
 
 
 def failures_rows(results: Sequence[Result]) -> Rows:
@@ -198,7 +315,8 @@ def views(report: Report) -> Iterator[Rows]:
     yield groups_rows(summary)
     for device in summary.devices:
         yield device_rows(device)
-    for extra in (recompiled_rows(summary), failures_rows(report.results)):
+    calibration = calibration_rows(report.environment.calibration)
+    for extra in (calibration, recompiled_rows(summary), failures_rows(report.results)):
         if extra.rows:
             yield extra
 
@@ -213,15 +331,21 @@ def rich_table(rows: Rows) -> Table:
         table.add_column(name, justify="right" if name in rows.right else "left", overflow="fold")
     for row in rows.rows:
         cells = [
-            Text(cell, style="red" if (header == "status" and cell != "ok") or cell == "REGRESSION" else "")
-            for header, cell in zip(rows.headers, row, strict=True)
+            Text(cell, style="red" if bad(header, cell) else "") for header, cell in zip(rows.headers, row, strict=True)
         ]
         table.add_row(*cells)
     return table
 
 
-def results_table(results: Sequence[Result], title: str | None = None) -> Table:
-    return rich_table(results_rows(results, title or "results"))
+def bad(header: str, cell: str) -> bool:
+    """A cell shown in red: a status other than ok, a regression, a slow device."""
+    return (header == "status" and cell != "ok") or cell == "REGRESSION" or (header == "slow" and cell == "slow")
+
+
+def results_table(
+    results: Sequence[Result], title: str | None = None, calibration: Sequence[Calibration] = ()
+) -> Table:
+    return rich_table(results_rows(results, title or "results", calibration))
 
 
 def summary_table(summary: Summary) -> Table:
@@ -234,7 +358,7 @@ def print_report(console: Console, report: Report, results: bool = True) -> None
     for line in headline(report)[:-1]:
         console.print(Text(line, style="bold yellow"), soft_wrap=True)
     if results:
-        console.print(results_table(report.results, title=report.name))
+        console.print(results_table(report.results, title=report.name, calibration=report.environment.calibration))
     for view in views(report):
         console.print(rich_table(view))
         for note in view.notes:
@@ -251,7 +375,7 @@ def markdown(report: Report) -> str:
     lines = headline(report)
     for line in lines[:-1]:  # each warning a quoted paragraph of its own
         out += [f"> **{line}**", ""]
-    out += [lines[-1], "", markdown_table(results_rows(report.results))]
+    out += [lines[-1], "", markdown_table(results_rows(report.results, calibration=report.environment.calibration))]
     for view in views(report):
         out += ["", markdown_table(view)]
         out += [f"- {note}" for note in view.notes]
@@ -286,12 +410,27 @@ CSV_COLUMNS = [
 
 
 def csv_text(report: Report) -> str:
-    """One row per result, flat columns (params and options as JSON), for spreadsheets and pandas."""
+    """One row per result, flat columns (params and options as JSON), for spreadsheets and pandas.
+
+    ``replicate`` follows ``experiment_id`` when some experiment ran more than once; ``calibration``
+    (the worker's entry) and ``slow`` close the row when the report holds calibrated workers.
+    """
+    columns = list(CSV_COLUMNS)
+    if has_replicates(report.results):
+        columns.insert(1, "replicate")
+    slow = slow_devices(report.environment.calibration)
+    calibrated = bool(report.environment.calibration) or any(r.worker and r.worker.calibration for r in report.results)
+    if calibrated:
+        columns += ["calibration", "slow"]
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, columns, lineterminator="\n", extrasaction="ignore")
     writer.writeheader()
     for r in report.results:
-        writer.writerow(csv_row(r))
+        row = csv_row(r)
+        if calibrated:
+            entry = r.worker.calibration if r.worker else None
+            row |= {"calibration": entry.id if entry else None, "slow": on_slow_device(r, slow) if entry else None}
+        writer.writerow(row)
     return buffer.getvalue()
 
 
@@ -305,6 +444,7 @@ def csv_row(r: Result) -> dict[str, Any]:
     compiled_rates = achieved(work, r.compiled.median_ms if r.compiled else None)
     return {
         "experiment_id": r.experiment_id,
+        "replicate": r.replicate,
         "target": r.target,
         "params": json.dumps(r.params, sort_keys=True),
         "phase": r.phase,
@@ -381,6 +521,11 @@ def times(value: float | None) -> str:
 
 def interval(ci: tuple[float, float] | None) -> str:
     return "-" if not ci else f"{ci[0]:.2f}-{ci[1]:.2f}"
+
+
+def figure(value: float) -> str:
+    """A calibration figure: 3 significant digits, whole numbers from 100 up (``51.2``, ``2890``)."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def rate(value: float | None) -> str:

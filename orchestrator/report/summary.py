@@ -6,12 +6,14 @@ target, params, device model, phase, precision), and averaged only over the same
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import get_args
+from typing import NamedTuple, get_args
 
 from orchestrator.report.models import (
     ConfigSummary,
@@ -66,9 +68,18 @@ def summarize(results: Sequence[Result]) -> Summary:
       groups: those where every one of them has a valid timing (``common``); the other groups
       are listed in ``left_out`` with the reason. ``own`` is each configuration's mean over all
       its valid groups, which is not comparable across configurations.
+    - An experiment run k >= 2 times (``replicate`` 0..k-1, each in another worker process) is
+      one between-run figure (``_between``): the median of its replicates' speedups, a Student
+      t-interval over them, and the GPU-to-GPU spread. That figure, where there is one, is what
+      ranks (``best``, ``tie``) and what the means combine; ``ci_within`` keeps the within-run
+      interval beside it. Repeats of other kinds (seeds; an experiment whose results share one
+      replicate number, as every report written before replicates) combine as they always have.
     - Geometric means keep slowdowns as they are (nothing is clipped at 1). Their interval
-      combines the results' own intervals on the log scale (measurement noise of the mean).
-    - Every configuration has a pass rate: ok results over all its results.
+      combines the groups' intervals on the log scale: between-run where there are replicates,
+      else the results' own (measurement noise of the mean).
+    - Every configuration has a pass rate: results judged correct (``correct: true``) over all its
+      results, every replicate counted; ok results never checked (``correct: null``) are counted
+      apart (``unchecked``), not as passes.
     - Results that recompiled inside their timed window are listed apart.
     """
     counts = Counter({status: 0 for status in get_args(Status)})
@@ -108,16 +119,140 @@ def _device_models(results: Sequence[Result]) -> list[str]:
     return [m or fallback for m in models]
 
 
+class _Estimate(NamedTuple):
+    """A configuration's figure in one group: what ranks it and what the means combine.
+
+    ``log`` and ``se``: the log speedup and its standard error; for a between-run figure ``se`` is the
+    t-interval's half-width over Z95, so that means combine it as they combine within-run errors and
+    keep the t quantile's width, and ``centre`` is that interval's centre (the mean log speedup of the
+    replicates; ``log`` is their median's). ``within_se``: the same point's error from the results' own
+    intervals alone. ``between``: the figure comes from replicates.
+    """
+
+    speedup: float
+    log: float
+    se: float
+    within_se: float
+    ci: tuple[float, float] | None
+    centre: float
+    replicates: int = 1
+    between: bool = False
+    spread: float | None = None
+    gpus: int = 0
+
+
 @dataclass
 class _Timed:
     """One configuration's valid results in a group, and their combined log speedup and its standard error."""
 
     results: list[Result] = field(default_factory=list)
     logs: list[tuple[float, float]] = field(default_factory=list)
+    _estimate: _Estimate | None = None  # derived once all results are in (functools.cached_property locks: slow)
 
     @property
     def combined(self) -> tuple[float, float]:
+        """Every result combined as a repeat (geometric mean, errors added): the within-run figure."""
         return self.logs[0] if len(self.logs) == 1 else _combine(self.logs)
+
+    @property
+    def estimate(self) -> _Estimate:
+        if self._estimate is None:
+            self._estimate = self._collapse()
+        return self._estimate
+
+    def _collapse(self) -> _Estimate:
+        """The figure that ranks: each experiment with replicates collapsed into one between-run figure,
+        then experiments (seeds) combined as repeats. Without replicates, ``combined`` as it always was."""
+        runs: dict[str, list[int]] = {}
+        if len(self.results) > 1 and any(r.replicate for r in self.results):  # else nothing to collapse
+            for i, r in enumerate(self.results):
+                runs.setdefault(r.experiment_id, []).append(i)
+        if all(len({self.results[i].replicate for i in run}) < 2 for run in runs.values()):
+            log, se = self.combined
+            ci = _interval(self.results[0]) if len(self.results) == 1 else _exp_interval(log, se)
+            return _Estimate(math.exp(log), log, se, se, ci, log)
+        parts = [_experiment([self.results[i] for i in run], [self.logs[i] for i in run]) for run in runs.values()]
+        if len(parts) == 1:
+            return parts[0]
+        log, se = _combine([(p.log, p.se) for p in parts])
+        centre = sum(p.centre for p in parts) / len(parts)
+        within = _combine([(p.log, p.within_se) for p in parts])[1]
+        spreads = [p.spread for p in parts if p.spread is not None]
+        return _Estimate(
+            speedup=math.exp(log),
+            log=log,
+            se=se,
+            within_se=within,
+            ci=_exp_interval(centre, se),
+            centre=centre,
+            replicates=min(p.replicates for p in parts),
+            between=True,
+            spread=max(spreads, default=None),
+            gpus=max(p.gpus for p in parts),
+        )
+
+
+def _experiment(results: list[Result], logs: list[tuple[float, float]]) -> _Estimate:
+    """One experiment's valid results: a between-run figure when they carry two or more replicate numbers,
+    else its results combined as repeats."""
+    if len({r.replicate for r in results}) >= 2:
+        return _between(results, logs)
+    log, se = logs[0] if len(logs) == 1 else _combine(logs)
+    ci = _interval(results[0]) if len(results) == 1 else _exp_interval(log, se)
+    return _Estimate(math.exp(log), log, se, se, ci, log)
+
+
+def _between(results: list[Result], logs: list[tuple[float, float]]) -> _Estimate:
+    """The replicates of one experiment as one between-run figure.
+
+    Method: the point is the median of the k replicates' speedups (one bad run does not move it).
+    The interval is Student's t on the log speedups, mean +- t(0.975, k-1) s / sqrt(k), exponentiated:
+    it holds whatever differs between runs (GPU, clocks, process, autotuning) and each run's own
+    measurement noise with it, and it is exact for log-normal run-to-run noise at any k; with k = 2,
+    t = 12.71 and the interval is as wide as two runs honestly allow. The spread is the fastest GPU's
+    speedup over the slowest's, each GPU's being the median of the replicates it ran; None when the
+    replicates ran on fewer than two GPUs that the results name.
+    """
+    speedups = [r.speedup or 1.0 for r in results]  # valid timings: every speedup is set
+    k = len(speedups)
+    values = [math.log(x) for x in speedups]
+    mean = sum(values) / k
+    half = _t95(k - 1) * statistics.stdev(values) / math.sqrt(k)
+    point = statistics.median(speedups)
+    per_gpu: dict[tuple[str, tuple[str, ...]], list[float]] = {}
+    for r, x in zip(results, speedups, strict=True):
+        gpu = _gpu(r)
+        if gpu is not None:
+            per_gpu.setdefault(gpu, []).append(x)
+    medians = [statistics.median(xs) for xs in per_gpu.values()]
+    return _Estimate(
+        speedup=point,
+        log=math.log(point),
+        se=half / Z95,
+        within_se=math.sqrt(sum(se * se for _, se in logs)) / k,
+        ci=(math.exp(mean - half), math.exp(mean + half)),
+        centre=mean,
+        replicates=k,
+        between=True,
+        spread=max(medians) / min(medians) if len(medians) > 1 else None,
+        gpus=len(medians),
+    )
+
+
+def _gpu(r: Result) -> tuple[str, tuple[str, ...]] | None:
+    """The GPU a result ran on, as its worker names it (node, GPU ids); None on a CPU or where unknown."""
+    worker = r.worker
+    if r.device == "cpu" or worker is None or not worker.gpu_ids:
+        return None
+    return worker.node_id or worker.hostname, tuple(worker.gpu_ids)
+
+
+@functools.cache
+def _t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (12.71 for 1, 4.30 for 2)."""
+    from scipy.stats import t  # imported only when a report has replicates
+
+    return float(t.ppf(0.975, df))
 
 
 class _GroupData:
@@ -163,14 +298,19 @@ class _GroupData:
 
     @staticmethod
     def _ranked(config: str, timed: _Timed) -> Ranked:
-        """A configuration's standing; repeats (other seeds, timings) are combined by geometric mean."""
-        log, se = timed.combined
-        one = len(timed.results) == 1
+        """A configuration's standing: replicates as one between-run figure, other repeats (seeds) combined
+        by geometric mean; ``ci`` is the interval that ranks, ``ci_within`` the within-run one beside it."""
+        est = timed.estimate
         return Ranked(
             experiment_id=timed.results[0].experiment_id,
             config=config,
-            speedup=math.exp(log),
-            ci=_interval(timed.results[0]) if one else (math.exp(log - Z95 * se), math.exp(log + Z95 * se)),
+            speedup=est.speedup,
+            ci=est.ci,
+            replicates=est.replicates,
+            ci_within=_exp_interval(est.log, est.within_se) if est.between else est.ci,
+            ci_between=est.ci if est.between else None,
+            spread=est.spread,
+            gpus=est.gpus,
         )
 
 
@@ -193,13 +333,16 @@ def _device(model: str, groups: list[_GroupData]) -> DeviceSummary:
     summaries = []
     for config, rs in configs.items():
         ok = sum(r.status == "ok" for r in rs)
+        passed = sum(r.status == "ok" and r.correct is True for r in rs)
         mine = [(g.label, g.timed[config]) for g in groups if config in g.timed]
         summaries.append(
             ConfigSummary(
                 config=config,
                 results=len(rs),
                 ok=ok,
-                pass_rate=ok / len(rs),
+                passed=passed,
+                unchecked=sum(r.status == "ok" and r.correct is None for r in rs),
+                pass_rate=passed / len(rs),
                 counts=dict(Counter(r.status for r in rs if r.status != "ok")),
                 common=_geomean([(label, t) for label, t in mine if label in in_common]) if common else None,
                 own=_geomean(mine),
@@ -227,15 +370,24 @@ def _left_out_reason(missing: list[str], why: dict[str, str], total: int) -> str
 
 
 def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
-    """Geometric means over groups (one value per group), with a 95% interval from the results' own."""
+    """Geometric means over groups (one value per group), with a 95% interval from the groups' own:
+    between-run where a group's figure comes from replicates, else within-run (``ci_within`` is the
+    same point's interval from within-run noise alone)."""
     if not groups:
         return None
-    log, se = _combine([t.combined for _, t in groups])
+    estimates = [t.estimate for _, t in groups]
+    log, se = _combine([(e.log, e.se) for e in estimates])
+    centre = sum(e.centre for e in estimates) / len(estimates)
+    within = _combine([(e.log, e.within_se) for e in estimates])[1]
+    spreads = [e.spread for e in estimates if e.spread is not None]
     latency, cache = compile_latencies([r for _, t in groups for r in t.results])
     memory = [r.memory_ratio for _, t in groups for r in t.results if r.memory_ratio]
     return GeoMean(
         speedup=math.exp(log),
-        ci=(math.exp(log - Z95 * se), math.exp(log + Z95 * se)),
+        ci=_exp_interval(centre, se),
+        ci_within=_exp_interval(log, within),
+        between=sum(e.between for e in estimates),
+        spread=max(spreads, default=None),
         compile_latency_s=_plain_geomean(latency),
         compile_cache=cache,
         memory_ratio=_plain_geomean(memory),
@@ -266,6 +418,11 @@ def _combine(values: Sequence[tuple[float, float]]) -> tuple[float, float]:
     """Mean of independent (log value, standard error) pairs, and its standard error."""
     n = len(values)
     return sum(v for v, _ in values) / n, math.sqrt(sum(se * se for _, se in values)) / n
+
+
+def _exp_interval(log: float, se: float) -> tuple[float, float]:
+    """The 95% interval of a log value with a normal standard error, back on the ratio scale."""
+    return math.exp(log - Z95 * se), math.exp(log + Z95 * se)
 
 
 def _log_speedup(r: Result) -> tuple[float, float]:

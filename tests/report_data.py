@@ -200,7 +200,10 @@ def replicated_report() -> Report:
 
 def calibrated_report() -> Report:
     """Two H100s calibrated, GPU 1 slow (the report's list says so; the result's own copy was taken before)."""
-    fast, slow = make_calibration("node-1/gpu0"), make_calibration("node-1/gpu1", slow=True)
+    fast = make_calibration("node-1/gpu0")
+    slow = make_calibration(
+        "node-1/gpu1", slow=True, figures={"fp32_tflops": 46.1, "bf16_tflops": 731.0, "copy_gbps": 2875.0}
+    )
     on_fast, on_slow = make_result("seed.foo3", 2.0, gpu="H100"), make_result("seed.bar", 0.5, gpu="H100")
     on_fast.worker.calibration = fast
     on_slow.worker.calibration = slow.model_copy(update={"slow": False, "slow_reasons": []})

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.calibration import SLOW_THRESHOLD
 from orchestrator.report.models import DeviceSummary, GeoMean, Ranked, Report, Summary, group_label
 from orchestrator.report.summary import device_model
 from tasks.models import Calibration, Result, SideTiming
@@ -280,7 +281,10 @@ def calibration_rows(calibration: Sequence[Calibration]) -> Rows:
         ]
         for c in calibration
     ]
-    notes = ["slow: a figure more than 5% below the median of the entries of the same model (the reasons name it)."]
+    notes = [
+        f"slow: a figure more than {SLOW_THRESHOLD:.0%} below the median of the other devices of the same model, "
+        "or not measured where they measured it (the reasons say which)."
+    ]
     return Rows("calibration", ["id", "model", "figures", "slow", "reasons"], rows, notes=notes)
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from orchestrator.calibration import calibrated
 from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
 from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.paths import check_out
@@ -16,7 +17,7 @@ from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
-from tasks.models import Experiment, Result, WorkerLimits
+from tasks.models import Calibration, Experiment, Result, WorkerLimits
 
 __all__ = [
     "DEFAULT_PENDING_TIMEOUT_S",
@@ -64,6 +65,8 @@ def run(
     pending_timeout_s: float | None = None,
     worker_start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     worker_limits: WorkerLimits | None = None,
+    calibrate: bool = False,
+    exclude_slow: bool = False,
     working_dir: str | Path | None = None,
     on_start: Callable[[RunPlan], None] | None = None,
     on_result: OnResult | None = None,
@@ -84,7 +87,11 @@ def run(
     shape's experiments wait for a node that fits as above (recorded ``unschedulable`` at
     once on a local instance). ``worker_limits``: when workers are replaced by fresh
     processes (``WorkerLimits``; an experiment's own ``worker`` limits win; default: every
-    field's default). ``working_dir`` is shipped to the cluster for user targets;
+    field's default). ``calibrate``: every worker probes its device (about a second) before
+    its first experiment; the probes go to ``environment.calibration``, judged against their
+    model's other devices (``orchestrator.calibration``), and each result carries its worker's
+    entry. ``exclude_slow`` (implies ``calibrate``): a worker whose device is slow runs nothing
+    and the others run its queue. ``working_dir`` is shipped to the cluster for user targets;
     default: the current directory when an ``address`` is given and the spec names a target
     by import path (unless a submitted job already ships one).
 
@@ -99,6 +106,7 @@ def run(
         if on_start is not None:
             on_start(plan)
         pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0
+        probes: list[Calibration] = []
         try:
             with sigterm_as_interrupt():
                 run_experiments(
@@ -109,10 +117,13 @@ def run(
                     pending_timeout_s=pending,
                     start_timeout_s=worker_start_timeout_s,
                     worker_limits=worker_limits,
+                    calibrate=calibrate,
+                    exclude_slow=exclude_slow,
+                    on_calibration=probes.append,
                 )
         except KeyboardInterrupt:
-            raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out)) from None
-        return write(plan.spec, read_journal(journal.path), cluster, out)
+            raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out, probes)) from None
+        return write(plan.spec, read_journal(journal.path), cluster, out, probes)
 
 
 def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:
@@ -181,13 +192,18 @@ def default_working_dir(working_dir: str | Path | None, spec: Spec, address: str
     return None
 
 
-def write(spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Path) -> Report:
+def write(
+    spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Path, probes: Sequence[Calibration] = ()
+) -> Report:
     """The report: a function of the spec and the journal, each run once, in spec order (an
-    experiment's replicates together)."""
+    experiment's replicates together). ``probes``: the devices calibrated in this run (those of
+    earlier, resumed results come with them); judged together, each result given its judged entry."""
     order = report_order(spec.experiments)
     results = [journal.results[key] for key in order if key in journal.results]
     complete = len(results) == len(order)
-    report = build_report(spec.name, spec.source, results, environment(cluster, results), complete=complete)
+    calibration, results = calibrated(results, probes)
+    env = environment(cluster, results).model_copy(update={"calibration": calibration})
+    report = build_report(spec.name, spec.source, results, env, complete=complete)
     write_report(report, out)
     return report
 

@@ -24,7 +24,7 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from tasks.models import Calibration
+from tasks.models import Calibration, Result
 
 # More than 5% below the model's median on any figure is slow: the same line as the speed gate of
 # ``compare`` (``orchestrator.report.compare.SPEED_THRESHOLD``) and PyTorch's dashboard (0.95x), so that
@@ -99,3 +99,19 @@ def _others(count: int) -> str:
 
 def _peers(count: int, model: str) -> str:
     return f"the other {model}" if count == 1 else f"{count} other {model} devices"
+
+
+def calibrated(results: Sequence[Result], probes: Sequence[Calibration] = ()) -> tuple[list[Calibration], list[Result]]:
+    """Every device probed (``probes``, and those the results' workers carry: a resumed run's earlier
+    ones), one entry per id, judged together; and the results, each with its judged entry."""
+    entries: dict[str, Calibration] = {}
+    for entry in [*(r.worker.calibration for r in results if r.worker and r.worker.calibration), *probes]:
+        entries[entry.id] = entry  # the latest probe of a device: a replacement worker probes it again
+    judged = {entry.id: entry for entry in judge(list(entries.values()))}
+    out = []
+    for r in results:
+        mine = r.worker.calibration if r.worker else None
+        if r.worker is not None and mine is not None:
+            r = r.model_copy(update={"worker": r.worker.model_copy(update={"calibration": judged[mine.id]})})
+        out.append(r)
+    return list(judged.values()), out

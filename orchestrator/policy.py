@@ -18,6 +18,12 @@ capacity). Tests drive it with made-up nodes and events.
   on different GPUs of the same model where one is free; else to a worker that has not run it in
   its own process. A worker left idle with only runs of experiments it has run is retired, and a
   fresh worker (a new process on the same GPU) takes its place and its queue.
+- **Calibration.** A worker started with ``calibrate`` reports its device's probe when ready. With
+  ``exclude_slow``, a worker whose device is slow for its model (``orchestrator.calibration``: more
+  than 5% below the median of the model's other devices on a figure, judged again as each worker
+  reports in) runs nothing more: it stays idle and keeps its GPU, so that no new worker lands on
+  that device, and the others run its queue. No worker runs anything while workers of its device
+  model are still starting: each device is judged against the probes of all its peers first.
 - **Recycling.** A worker that returns its result with a reason to retire (it ran
   ``max_experiments``, its memory grew past its limit, or its reset raised: see
   ``tasks.worker.Worker``) is replaced; the result stands as the worker made it.
@@ -52,8 +58,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from orchestrator.calibration import slow_reasons
 from orchestrator.nodes import Node
-from tasks.models import ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo, result_identity
+from tasks.models import Calibration, ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo, result_identity
 
 MAX_START_FAILURES = 3  # consecutive failed starts of one shape on a node, after which it takes none of that shape
 MAX_NODE_LOSSES = 3  # node losses an experiment may see free of charge; past them each spends a retry
@@ -197,6 +204,8 @@ class WorkerView:
     hostname: str | None = None
     pid: int | None = None
     gpu_ids: list[str] = field(default_factory=list)
+    calibration: Calibration | None = None  # its device's probe, when the run calibrates
+    excluded: str | None = None  # why it runs nothing more: its device is slow (exclude_slow)
 
     @property
     def gpu_model(self) -> str | None:
@@ -323,8 +332,11 @@ class Scheduler:
         *,
         pending_timeout_s: float = 0.0,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        exclude_slow: bool = False,
     ) -> None:
         self.queue = Queue(experiments)
+        self.exclude_slow = exclude_slow
+        self.calibrations: dict[str, Calibration] = {}  # every device probed in this sweep, by entry id
         self.pending_timeout_s = pending_timeout_s
         self.start_timeout_s = start_timeout_s
         self.nodes: dict[str, Node] = {}  # alive, and not lost under one of our workers
@@ -353,13 +365,27 @@ class Scheduler:
         if self.queue.unresolved:
             self.queue.resolve(self._gpus_seen())
 
-    def worker_ready(self, worker_id: int, hostname: str, pid: int, gpu_ids: Sequence[str]) -> None:
+    def worker_ready(
+        self, worker_id: int, hostname: str, pid: int, gpu_ids: Sequence[str], calibration: Calibration | None = None
+    ) -> None:
         worker = self.workers.get(worker_id)
         if worker is None:
             return
         worker.state, worker.hostname, worker.pid, worker.gpu_ids = "idle", hostname, pid, list(gpu_ids)
         worker.start_deadline = None
         self._start_failures[(worker.node.node_id, worker.shape)] = 0
+        if calibration is not None:
+            worker.calibration = self.calibrations[calibration.id] = calibration
+            if self.exclude_slow:
+                self._judge_workers()
+
+    def _judge_workers(self) -> None:
+        """Exclude the workers whose device is slow for its model, by every probe seen so far."""
+        entries = list(self.calibrations.values())
+        for worker in self.workers.values():
+            if worker.calibration is not None:
+                reasons = slow_reasons(worker.calibration, entries)
+                worker.excluded = f"slow device: {'; '.join(reasons)}" if reasons else None
 
     def finished(self, worker_id: int, result: Result, *, retire: str | None = None) -> Result:
         """The worker returned a result (any status: a failing target is a result). With
@@ -462,14 +488,25 @@ class Scheduler:
         already run one replicate of is retired: a fresh worker takes its place (``_start``)."""
         for tier in (self._new_device, self._new_process):
             for worker in self.workers.values():
-                if worker.state != "idle":
+                if worker.state != "idle" or worker.excluded or self._peers_probing(worker):
                     continue
                 entry = self.queue.take_for(worker, functools.partial(tier, worker=worker))
                 if entry is not None:
                     self._run(plan, worker, entry, now)
-        for worker in [w for w in self.workers.values() if w.state == "idle" and self.queue.has_for(w)]:
+        for worker in [
+            w
+            for w in self.workers.values()
+            if w.state == "idle" and not w.excluded and not self._peers_probing(w) and self.queue.has_for(w)
+        ]:
             del self.workers[worker.id]
             plan.retire.append(worker.id)
+
+    def _peers_probing(self, worker: WorkerView) -> bool:
+        """With ``exclude_slow``: whether workers of the same device model are still starting (their
+        probes not in yet): the worker's device is judged against theirs before it runs anything."""
+        if not self.exclude_slow:
+            return False
+        return any(w.state == "starting" and w.device_model == worker.device_model for w in self.workers.values())
 
     def _new_device(self, entry: Entry, worker: WorkerView) -> bool:
         return worker.device_key not in self.measured_on.get(entry.exp.id, ())

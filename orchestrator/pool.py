@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from orchestrator.cluster import describe
 from orchestrator.nodes import Node
 from orchestrator.policy import Start
-from tasks.models import ErrorInfo, WorkerLimits
+from tasks.models import Calibration, ErrorInfo, WorkerLimits
 from tasks.worker import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
 
 # What Ray's errors say when an actor or task died with its node (Ray 2.60's GCS and core worker messages).
@@ -68,7 +68,12 @@ class WorkerActor:
     """One long-lived worker: runs the experiments it is sent, one at a time."""
 
     def __init__(
-        self, cores: int, gpu_model: str | None, executor: Executor | None, limits: dict[str, Any] | None = None
+        self,
+        cores: int,
+        gpu_model: str | None,
+        executor: Executor | None,
+        limits: dict[str, Any] | None = None,
+        calibrate: bool = False,
     ) -> None:
         ctx = ray.get_runtime_context()
         self.placement = {
@@ -77,11 +82,17 @@ class WorkerActor:
             "cpus": cores,
             "gpu_model": gpu_model,
             "limits": limits or {},
+            "calibrate": calibrate,
         }
         self.worker = (executor or _default_executor)(self.placement)
 
     def ready(self) -> dict[str, Any]:
-        return {"hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": self.placement["gpu_ids"]}
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "gpu_ids": self.placement["gpu_ids"],
+            "calibration": getattr(self.worker, "calibration", None),  # its device's probe, with calibrate
+        }
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         return self.worker.run(payload)
@@ -93,6 +104,7 @@ class Ready:
     hostname: str
     pid: int
     gpu_ids: list[str]
+    calibration: Calibration | None = None  # what its device's probe measured (run --calibrate)
 
 
 @dataclass(frozen=True)
@@ -115,8 +127,11 @@ Event = Ready | Finished | Died
 
 
 class Pool:
-    def __init__(self, executor: Executor | None = None, limits: WorkerLimits | None = None) -> None:
+    def __init__(
+        self, executor: Executor | None = None, limits: WorkerLimits | None = None, calibrate: bool = False
+    ) -> None:
         self.executor = executor
+        self.calibrate = calibrate  # every worker probes its device before its first experiment
         self.limits = (limits or WorkerLimits()).model_dump(exclude_none=True)  # the run's; each worker gets them
         self.actors: dict[int, Any] = {}  # worker id -> actor handle
         self.node_of: dict[int, str] = {}  # worker id -> the node it was started on
@@ -131,7 +146,7 @@ class Pool:
             num_gpus=start.gpus,
             num_cpus=start.cpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(start.node_id, soft=False),
-        ).remote(start.cores, start.gpu_model, self.executor, self.limits)
+        ).remote(start.cores, start.gpu_model, self.executor, self.limits, self.calibrate)
         self.actors[start.worker_id] = actor
         self.node_of[start.worker_id] = start.node_id
         self.calls[actor.ready.remote()] = (start.worker_id, "ready")
@@ -163,7 +178,9 @@ class Pool:
             lost = not isinstance(e, ray.exceptions.RayTaskError) and self._node_lost(e, node_id)
             return Died(worker_id, ErrorInfo.from_exception(e), node_lost=lost)
         if method == "ready":
-            return Ready(worker_id, value["hostname"], value["pid"], value["gpu_ids"])
+            calibration = value.get("calibration")
+            probe = Calibration.model_validate(calibration) if calibration else None
+            return Ready(worker_id, value["hostname"], value["pid"], value["gpu_ids"], probe)
         if DIED in value:
             return Died(worker_id, ErrorInfo.model_validate(value[DIED]), alive=True)
         retire = value.pop(RETIRE, None)

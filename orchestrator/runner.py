@@ -20,7 +20,7 @@ from orchestrator.cluster import ClusterInfo
 from orchestrator.journal import Journal, RunKey, run_key
 from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
-from tasks.models import Experiment, Result, WorkerLimits
+from tasks.models import Calibration, Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
 NODE_POLL_S = 1.0  # how often the cluster's nodes are listed (one call to Ray's GCS)
@@ -35,6 +35,9 @@ def run_experiments(
     pending_timeout_s: float = 0.0,
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     worker_limits: WorkerLimits | None = None,
+    calibrate: bool = False,
+    exclude_slow: bool = False,
+    on_calibration: Callable[[Calibration], None] | None = None,
     executor: Executor | None = None,
 ) -> list[Result]:
     """Run every experiment on long-lived workers; results in the order of the runs, each recorded once.
@@ -48,13 +51,18 @@ def run_experiments(
     ``unschedulable`` (0: at once). ``start_timeout_s`` is how long a worker may take to be
     placed and started before it counts as a failed start (``orchestrator.policy``).
     ``worker_limits`` are the run's limits for recycling workers (an experiment's own
-    ``worker`` limits win). ``executor`` replaces what the workers run (tests of the
+    ``worker`` limits win). ``calibrate``: every worker probes its device before its first
+    experiment (``tasks.calibration``), each probe passed to ``on_calibration`` as it arrives;
+    ``exclude_slow`` (implies ``calibrate``): workers on a device slow for its model run nothing
+    (``orchestrator.policy``). ``executor`` replaces what the workers run (tests of the
     scheduler; see ``orchestrator.pool.Executor``). On KeyboardInterrupt the workers are killed
     and the interrupt goes on; what was recorded before it stays recorded.
     """
     runs = runs_of(experiments)
-    scheduler = Scheduler(runs, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s)
-    pool = Pool(executor, worker_limits)
+    scheduler = Scheduler(
+        runs, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s, exclude_slow=exclude_slow
+    )
+    pool = Pool(executor, worker_limits, calibrate=calibrate or exclude_slow)
     results: dict[RunKey, Result] = {}
     requested: list[dict[str, float]] = []
 
@@ -91,7 +99,9 @@ def run_experiments(
             wait_s = min(next_poll, deadline if deadline is not None else next_poll) - time.time()
             for event in pool.wait(wait_s):
                 if isinstance(event, Ready):
-                    scheduler.worker_ready(event.worker_id, event.hostname, event.pid, event.gpu_ids)
+                    scheduler.worker_ready(event.worker_id, event.hostname, event.pid, event.gpu_ids, event.calibration)
+                    if event.calibration is not None and on_calibration is not None:
+                        on_calibration(event.calibration)
                 elif isinstance(event, Finished):
                     result = Result.model_validate(event.result)
                     record(scheduler.finished(event.worker_id, result, retire=event.retire))

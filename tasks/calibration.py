@@ -39,9 +39,9 @@ from typing import Any, NamedTuple, Protocol
 
 import torch
 
+from tasks.metadata import cpu_model
 from tasks.models import Calibration
 from tasks.nvml import gpu_state, throttle_reasons
-from tasks.procedure import cpu_model
 
 # Square GEMM sizes: one call is tens of ms on an H100/H200 (fp32 without tensor cores at ~60 TFLOP/s:
 # 2·8192³ = 1.1 TFLOP, ~18 ms; bf16 at ~700-800 TFLOP/s: 2·16384³ = 8.8 TFLOP, ~11-13 ms), ~60 ms and

@@ -137,3 +137,14 @@ def _plain(value: Any) -> Any:
     except (TypeError, ValueError):
         return repr(value)
     return value
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name, as ``/proc/cpuinfo`` gives it; None where there is none."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return None

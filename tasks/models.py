@@ -353,7 +353,7 @@ class Calibration(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str  # unique per device: "<node id[:8]>/gpu<id>" or "<node id[:8]>/cpu<first core>-<last core>"
+    id: str  # unique per device: "<node id[:8]>/gpu<id>" or "<node id[:8]>/cpu<cores>" (e.g. cpu0-1, cpu0,2-3)
     node_id: str | None = None
     hostname: str
     device: Literal["cuda", "cpu"]

@@ -12,7 +12,6 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -36,7 +35,7 @@ from tasks.compiling import (
 from tasks.dynamo_watch import DynamoWatch
 from tasks.failures import out_of_memory
 from tasks.isolation import Isolation, isolate
-from tasks.metadata import inductor_options, versions
+from tasks.metadata import cpu_model, inductor_options, versions
 from tasks.models import (
     CheckInfo,
     CompileCache,
@@ -326,13 +325,3 @@ def worker_info(device: torch.device, placement: Placement, experiments_before: 
         gpu_model=placement.gpu_model or (torch.cuda.get_device_name(device) if device.type == "cuda" else None),
         versions=versions(),
     )
-
-
-def cpu_model() -> str | None:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return None

@@ -63,10 +63,11 @@ class Worker:
     """Runs experiments (as plain JSON data) one after another in this process.
 
     ``placement`` is what the scheduler gave the worker for life: ``node_id``, ``gpu_ids``,
-    ``cpus`` (cores each experiment claims), ``gpu_model`` (the node's accelerator type) and
+    ``cpus`` (cores each experiment claims), ``gpu_model`` (the node's accelerator type),
     ``limits`` (the run's ``WorkerLimits`` as plain data; an experiment's own ``worker``
-    limits win over them). Start-up imports what every experiment needs, so that an
-    experiment's clock (its timeout) starts on a warm worker.
+    limits win over them) and ``calibrate`` (probe the device first: ``tasks.calibration``; the
+    entry goes with every result, ``worker.calibration``). Start-up imports what every
+    experiment needs, so that an experiment's clock (its timeout) starts on a warm worker.
 
     After each experiment run in this process, the worker resets the process, then asks to be
     replaced (``RETIRE`` beside the result, which stands) when it has run ``max_experiments``,
@@ -87,6 +88,11 @@ class Worker:
 
         self.placement = placement
         self.limits = WorkerLimits.model_validate(placement.get("limits") or {})
+        self.calibration: dict[str, Any] | None = None  # its device's probe, with run --calibrate
+        if placement.get("calibrate"):
+            from tasks.calibration import probe
+
+            self.calibration = probe(placement).model_dump(mode="json")  # before the baseline: not a leak
         self.baseline = Baseline()
         self.experiments = 0  # run in this process (not those sent to a fresh one)
         self.last_reset_s: float | None = None
@@ -96,12 +102,18 @@ class Worker:
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
         if payload.get("compile", {}).get("cache") == "cold":
-            return run_in_fresh_process(payload, self.placement)
+            return self._calibrated(run_in_fresh_process(payload, self.placement))
         self.experiments += 1
         result = run_payload(payload, self.placement)  # never raises; if it did, the pool would replace the worker
         why = self._reset() or self._over_limits(payload.get("worker") or {})
         if why is not None:
             result[RETIRE] = why
+        return self._calibrated(result)
+
+    def _calibrated(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The result with its device's calibration entry beside where it ran, when there is one."""
+        if self.calibration is not None and isinstance(result.get("worker"), dict):
+            result["worker"]["calibration"] = self.calibration
         return result
 
     def _reset(self) -> str | None:

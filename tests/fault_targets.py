@@ -173,3 +173,32 @@ class StubWorker:
             },
             "measurement": {"timer": "perf_counter", "fresh_process": self.count == 1},
         }
+
+
+SLOW_GPU = "1"  # the logical GPU whose probe CalibratedStub reports 10% slow
+
+
+class CalibratedStub(StubWorker):
+    """The stub executor on a fake GPU fleet: with ``calibrate``, each worker reports a probe of its
+    GPU (fp32 19.5 TFLOP/s, bf16 700, copy 3,000 GB/s), 10% lower on logical GPU ``SLOW_GPU``."""
+
+    def __init__(self, placement: dict[str, Any]) -> None:
+        super().__init__(placement)
+        self.calibration: dict[str, Any] | None = None
+        if placement.get("calibrate"):
+            gpu = (placement["gpu_ids"] or ["none"])[0]
+            scale = 0.9 if gpu == SLOW_GPU else 1.0
+            self.calibration = {
+                "id": f"{placement['node_id'][:8]}/gpu{gpu}",
+                "node_id": placement["node_id"],
+                "hostname": socket.gethostname(),
+                "device": "cuda",
+                "gpu_id": gpu,
+                "model": "FAKE-GPU",
+                "figures": {"fp32_tflops": 19.5 * scale, "bf16_tflops": 700.0 * scale, "copy_gbps": 3000.0 * scale},
+            }
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        result = super().run(payload)
+        result["worker"]["calibration"] = self.calibration
+        return result

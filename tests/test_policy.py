@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from orchestrator.nodes import Node
 from orchestrator.policy import MAX_NODE_LOSSES, Dispatch, Run, Scheduler, Shape, Start, runs_of, shape_of
-from tasks.models import ErrorInfo, Experiment, Result
+from tasks.models import Calibration, ErrorInfo, Experiment, Result
 
 CRASH = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")
 
@@ -398,3 +398,40 @@ def test_a_worker_on_another_gpu_that_becomes_ready_takes_the_replicate():
     later = s.plan(2)
     (second,) = later.dispatch
     assert second.worker_id == plan.start[1].worker_id and later.retire == []  # GPU 1's worker; GPU 0's stays
+
+
+def probe(gpu: str, scale: float = 1.0) -> Calibration:
+    figures = {"fp32_tflops": 19.5 * scale, "bf16_tflops": 700.0 * scale, "copy_gbps": 3000.0 * scale}
+    return Calibration(id=f"a/gpu{gpu}", hostname="h", device="cuda", gpu_id=gpu, model="H100", figures=figures)
+
+
+def calibrated_fleet(exclude_slow: bool) -> tuple[Scheduler, list[Start]]:
+    s = Scheduler([exp(i) for i in range(6)], exclude_slow=exclude_slow)
+    s.observe_nodes([node("a", 12, 3, "H100")])
+    starts = s.plan(0).start
+    for st, scale in zip(starts, (1.0, 0.9, 1.0), strict=True):  # the second GPU's probe is 10% slow
+        s.worker_ready(st.worker_id, "h", 1000 + st.worker_id, [str(st.worker_id)], probe(str(st.worker_id), scale))
+    return s, starts
+
+
+def test_with_exclude_slow_a_slow_device_runs_nothing_and_keeps_its_gpu():
+    s, starts = calibrated_fleet(exclude_slow=True)
+    slow = starts[1].worker_id
+    assert s.workers[slow].excluded.startswith("slow device: fp32_tflops 17.6 is 10.0% below the H100 median 19.5")
+    now = 1
+    while not s.done:
+        plan = s.plan(now)
+        assert plan.start == [] and plan.retire == []  # no worker replaces it: it still holds its GPU
+        assert all(d.worker_id != slow for d in plan.dispatch)
+        for d in plan.dispatch:
+            s.finished(d.worker_id, ok(d.experiment))
+        now += 1
+    assert slow in s.workers and s.workers[slow].experiments == 0
+
+
+def test_without_exclude_slow_every_device_runs_and_the_probes_are_kept():
+    s, starts = calibrated_fleet(exclude_slow=False)
+    dispatched = s.plan(1).dispatch
+    assert sorted(d.worker_id for d in dispatched) == sorted(st.worker_id for st in starts)
+    assert not any(w.excluded for w in s.workers.values())
+    assert sorted(s.calibrations) == ["a/gpu0", "a/gpu1", "a/gpu2"]

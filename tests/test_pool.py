@@ -111,3 +111,47 @@ def test_ctrl_c_kills_the_workers_and_goes_on(cluster):
         time.sleep(0.1)
     assert ray.available_resources().get("GPU", 0) == total
     print(f"GPUs free {time.time() - t:.1f} s after the interrupt")
+
+
+def test_exclude_slow_keeps_slow_gpus_out_of_the_sweep_and_the_report_says_so(cluster, tmp_path):
+    from orchestrator.api import write
+    from orchestrator.journal import Journal, read_journal
+    from orchestrator.spec import Spec
+    from tests.fault_targets import SLOW_GPU, CalibratedStub
+
+    experiments = [stub(i, ms=50) for i in range(12)]
+    probes = []
+    with Journal(tmp_path / "r.journal.jsonl") as journal:
+        results = run_experiments(
+            experiments,
+            cluster,
+            journal=journal,
+            exclude_slow=True,
+            on_calibration=probes.append,
+            executor=CalibratedStub,
+        )
+    assert {r.status for r in results} == {"ok"}
+    assert all(r.worker.gpu_ids != [SLOW_GPU] for r in results)  # their queue ran elsewhere
+    assert SLOW_GPU in {p.gpu_id for p in probes} and len(probes) >= 4
+
+    spec = Spec("fleet", {}, experiments)
+    report = write(spec, read_journal(tmp_path / "r.journal.jsonl"), cluster, tmp_path / "r.json", probes)
+    slow = [c for c in report.environment.calibration if c.slow]
+    assert {c.gpu_id for c in slow} == {SLOW_GPU} and len(slow) == sum(p.gpu_id == SLOW_GPU for p in probes)
+    assert "10.0% below the FAKE-GPU median" in slow[0].slow_reasons[0]
+    assert all(r.worker.calibration is not None and not r.worker.calibration.slow for r in report.results)
+
+
+def test_calibrate_alone_runs_everywhere_and_flags_the_results_of_slow_gpus(cluster):
+    from orchestrator.calibration import calibrated
+    from tests.fault_targets import SLOW_GPU, CalibratedStub
+
+    probes = []
+    experiments = [stub(i, ms=300) for i in range(32)]
+    results = run_experiments(
+        experiments, cluster, calibrate=True, on_calibration=probes.append, executor=CalibratedStub
+    )
+    entries, flagged = calibrated(results, probes)
+    assert {e.gpu_id for e in entries if e.slow} == {SLOW_GPU}
+    assert all(r.worker.calibration.slow == (r.worker.gpu_ids == [SLOW_GPU]) for r in flagged)
+    assert len({r.worker.calibration.id for r in flagged}) > 1  # not everything on one device

@@ -93,6 +93,21 @@ def run(
             "when the spec names a target by import path."
         ),
     ] = None,
+    calibrate: Annotated[
+        bool,
+        typer.Option(
+            "--calibrate",
+            help="Every worker first probes its device (~1 s: GEMM TFLOP/s and copy GB/s on a GPU, matmul and "
+            "copy on the CPU); a device over 5% below its model's median is flagged slow in the report.",
+        ),
+    ] = False,
+    exclude_slow: Annotated[
+        bool,
+        typer.Option(
+            "--exclude-slow",
+            help="With calibration (implied): a worker whose device is slow runs nothing; the others run its queue.",
+        ),
+    ] = False,
 ) -> None:
     """Run every experiment of SPEC and write the report to OUT (its journal: OUT's name + .journal.jsonl).
 
@@ -149,6 +164,8 @@ def run(
                 max_experiments=worker_max_experiments, max_rss_growth_mb=worker_max_rss_growth_mb
             ),
             working_dir=working_dir,
+            calibrate=calibrate,
+            exclude_slow=exclude_slow,
         )
     except api.JournalError as e:
         raise _fail(str(e), 2) from None

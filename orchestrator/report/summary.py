@@ -300,15 +300,19 @@ class _GroupData:
     def _ranked(config: str, timed: _Timed) -> Ranked:
         """A configuration's standing: replicates as one between-run figure, other repeats (seeds) combined
         by geometric mean; ``ci`` is the interval that ranks, ``ci_within`` the within-run one beside it."""
-        est = timed.estimate
+        est, first = timed.estimate, timed.results[0]
+        if not est.between:  # the fields of a figure without replicates, the others at their defaults
+            return Ranked(
+                experiment_id=first.experiment_id, config=config, speedup=est.speedup, ci=est.ci, ci_within=est.ci
+            )
         return Ranked(
-            experiment_id=timed.results[0].experiment_id,
+            experiment_id=first.experiment_id,
             config=config,
             speedup=est.speedup,
             ci=est.ci,
             replicates=est.replicates,
-            ci_within=_exp_interval(est.log, est.within_se) if est.between else est.ci,
-            ci_between=est.ci if est.between else None,
+            ci_within=_exp_interval(est.log, est.within_se),
+            ci_between=est.ci,
             spread=est.spread,
             gpus=est.gpus,
         )
@@ -332,16 +336,16 @@ def _device(model: str, groups: list[_GroupData]) -> DeviceSummary:
     in_common = set(common)
     summaries = []
     for config, rs in configs.items():
-        ok = sum(r.status == "ok" for r in rs)
-        passed = sum(r.status == "ok" and r.correct is True for r in rs)
+        checks = Counter(r.correct for r in rs if r.status == "ok")  # True: passed, None: never checked
+        passed = checks[True]
         mine = [(g.label, g.timed[config]) for g in groups if config in g.timed]
         summaries.append(
             ConfigSummary(
                 config=config,
                 results=len(rs),
-                ok=ok,
+                ok=checks.total(),
                 passed=passed,
-                unchecked=sum(r.status == "ok" and r.correct is None for r in rs),
+                unchecked=checks[None],
                 pass_rate=passed / len(rs),
                 counts=dict(Counter(r.status for r in rs if r.status != "ok")),
                 common=_geomean([(label, t) for label, t in mine if label in in_common]) if common else None,

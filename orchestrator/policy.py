@@ -405,6 +405,16 @@ class Scheduler:
         result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
         return result
 
+    def unreadable(self, worker_id: int, error: ErrorInfo, now: float, *, retire: str | None = None) -> Result:
+        """The worker returned something that is not a result (a worker whose compilebench differs from
+        the driver's): its experiment is recorded ``runtime_error`` with why; the worker stays."""
+        worker = self.workers[worker_id]
+        assert worker.entry is not None
+        result = failed_result(
+            worker.entry.exp, "runtime_error", error, started_at=worker.started_at or now, finished_at=now
+        )
+        return self.finished(worker_id, result, retire=retire)
+
     def died(
         self,
         worker_id: int,

@@ -16,11 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
+from pydantic import ValidationError
+
 from orchestrator.cluster import ClusterInfo
 from orchestrator.journal import Journal, RunKey, run_key
 from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
-from tasks.models import Calibration, Experiment, Result, WorkerLimits
+from tasks.models import Calibration, ErrorInfo, Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
 NODE_POLL_S = 1.0  # how often the cluster's nodes are listed (one call to Ray's GCS)
@@ -103,8 +105,15 @@ def run_experiments(
                     if event.calibration is not None and on_calibration is not None:
                         on_calibration(event.calibration)
                 elif isinstance(event, Finished):
-                    result = Result.model_validate(event.result)
-                    record(scheduler.finished(event.worker_id, result, retire=event.retire))
+                    try:
+                        result = scheduler.finished(
+                            event.worker_id, Result.model_validate(event.result), retire=event.retire
+                        )
+                    except ValidationError as e:
+                        result = scheduler.unreadable(
+                            event.worker_id, _not_a_result(e), time.time(), retire=event.retire
+                        )
+                    record(result)
                     if event.retire is not None:
                         pool.kill(event.worker_id)
                 elif isinstance(event, Died):
@@ -129,3 +138,14 @@ def run_experiments(
         if requested:
             pool.request([])
     return [results[(run.experiment.id, run.replicate)] for run in runs]
+
+
+def _not_a_result(e: ValidationError) -> ErrorInfo:
+    """Why a worker's answer is not a result, in one line: the first field that does not validate."""
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "result"
+    return ErrorInfo(
+        type="InvalidResult",
+        message=f"the worker's result does not validate ({where}: {err['msg']}); "
+        "does the workers' compilebench differ from the driver's?",
+    )

@@ -202,3 +202,14 @@ class CalibratedStub(StubWorker):
         result = super().run(payload)
         result["worker"]["calibration"] = self.calibration
         return result
+
+
+class SkewedStub(StubWorker):
+    """A worker whose compilebench is not the driver's: its results carry a field the driver does not know
+    for experiments with ``params['skewed']``."""
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        result = super().run(payload)
+        if payload.get("params", {}).get("skewed"):
+            result["from_a_newer_version"] = None
+        return result

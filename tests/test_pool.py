@@ -155,3 +155,13 @@ def test_calibrate_alone_runs_everywhere_and_flags_the_results_of_slow_gpus(clus
     assert {e.gpu_id for e in entries if e.slow} == {SLOW_GPU}
     assert all(r.worker.calibration.slow == (r.worker.gpu_ids == [SLOW_GPU]) for r in flagged)
     assert len({r.worker.calibration.id for r in flagged}) > 1  # not everything on one device
+
+
+def test_an_answer_that_is_not_a_result_is_recorded_and_the_sweep_goes_on(cluster):
+    from tests.fault_targets import SkewedStub
+
+    experiments = [Experiment(target="stub", params={"skewed": i == 1}, device="cuda", seed=i) for i in range(3)]
+    results = run_experiments(experiments, cluster, executor=SkewedStub)
+    assert [r.status for r in results] == ["ok", "runtime_error", "ok"]
+    assert results[1].error.type == "InvalidResult"
+    assert results[1].error.message.startswith("the worker's result does not validate (from_a_newer_version: Extra inputs")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.sweep import check_path, deep_merge, expand
 from tasks.models import Experiment
-from tasks.targets import TargetError, check_params
+from tasks.targets import TargetError, check_params, params_of, resolve
 
 ALL_GPU_MODELS = "all"  # gpu_models: all; expanded to the cluster's models once connected (api.run)
 
@@ -264,12 +265,35 @@ def _semantic_problem(exp: Experiment, check_target: bool = True) -> tuple[tuple
         return ("resources", "gpus"), "a 'cuda' experiment needs at least one GPU"
     if exp.gpu_model is not None and (exp.device == "cpu" or exp.resources.gpus == 0):
         return ("gpu_model",), "a CPU experiment runs on no GPU model"
+    if cfg.mark_dynamic and exp.replay is None:
+        return ("compile", "mark_dynamic"), "marks the inputs of a replay's compiled calls; set replay too"
+    if exp.replay is not None and exp.phase != "inference":
+        return ("replay",), f"replays inference calls (serving traffic), not phase '{exp.phase}'"
     if check_target:
-        problem = _params_problem(exp.target, exp.params)
+        params = exp.params
+        if exp.replay is not None:  # each build takes one of the values: the first stands for them
+            problem = _replay_param_problem(exp.target, exp.replay.param)
+            if problem:
+                return ("replay", "param"), problem
+            params = {**params, exp.replay.param: exp.replay.values[0]}
+        problem = _params_problem(exp.target, params)
         if problem:
             field = "params" if "argument" in problem else "target"
             return (field,), problem
     return None
+
+
+def _replay_param_problem(target: str, param: str) -> str | None:
+    """Why the target's factory takes no parameter ``param``; None when it does (or the target
+    names nothing: ``_params_problem`` says so)."""
+    try:
+        factory = resolve(target)
+    except TargetError:
+        return None
+    kinds = {p.kind for p in inspect.signature(factory).parameters.values()}
+    if param in params_of(factory) or inspect.Parameter.VAR_KEYWORD in kinds:
+        return None
+    return f"target '{target}' has no parameter '{param}' (it accepts: {', '.join(params_of(factory)) or 'none'})"
 
 
 _PARAMS_CHECKED: dict[tuple[str, str], str | None] = {}  # (target, params as JSON) -> problem; one spec's sweep

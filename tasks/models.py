@@ -72,6 +72,21 @@ class CompileConfig(Closed):
         description="'model': compile the target (a training step runs loss, backward and optimizer eagerly "
         "around it); 'step': compile the whole step (forward, loss, backward, optimizer)",
     )
+    mark_dynamic: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description="[input_index, dim] pairs: torch._dynamo.mark_dynamic(inputs[input_index], dim) before the "
+        "compiled calls of a replay, so that the dimension is compiled dynamic from the first call",
+    )
+
+    @field_validator("mark_dynamic")
+    @classmethod
+    def _pairs_are_indices(cls, value: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        negative = [list(pair) for pair in value if min(pair) < 0]
+        if negative:
+            raise ValueError(f"[input_index, dim] pairs are counted from 0, got {negative[0]}")
+        if len(set(value)) < len(value):
+            raise ValueError("a [input_index, dim] pair is given twice")
+        return value
 
     @field_validator("mode")
     @classmethod
@@ -91,6 +106,8 @@ class CompileConfig(Closed):
             parts.append(f"scope={self.scope}")
         if self.options:
             parts.append("options=" + _digest(self.options, 6))
+        if self.mark_dynamic:
+            parts.append("mark_dynamic=" + ",".join(f"{i}:{d}" for i, d in self.mark_dynamic))
         if self.cache == "cold":
             parts.append("cold")
         return "+".join(parts)
@@ -201,6 +218,41 @@ class WorkerLimits(Closed):
     )
 
 
+class ReplayConfig(Closed):
+    """Shape traffic to replay (``tasks.replay``): ``calls`` calls drawn, with the experiment's seed, from
+    the target built at each of ``values`` of its parameter ``param``, value i with probability
+    ``weights[i] / sum(weights)`` (uniform when ``weights`` is None)."""
+
+    param: str = Field(description="the target's parameter whose values the calls vary (e.g. 'seq')")
+    values: list[Any] = Field(min_length=1, description="the parameter's values, one build of the target each")
+    weights: list[float] | None = Field(
+        default=None, description="relative frequency of each value in the traffic, all > 0; None: uniform"
+    )
+    calls: int = Field(ge=1, description="calls in the replayed sequence")
+
+    @field_validator("values")
+    @classmethod
+    def _distinct_values(cls, value: list[Any]) -> list[Any]:
+        seen = [json.dumps(v, sort_keys=True, default=str) for v in value]
+        repeated = next((v for v, key in zip(value, seen, strict=True) if seen.count(key) > 1), None)
+        if repeated is not None:
+            raise ValueError(f"{repeated!r} is given twice (weigh a value with weights, not by repeating it)")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _one_positive_weight_per_value(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
+        if value is None:
+            return value
+        values = info.data.get("values")
+        if values is not None and len(value) != len(values):
+            raise ValueError(f"{len(value)} weights for {len(values)} values (give one weight per value)")
+        bad = [w for w in value if not 0 < w < float("inf")]
+        if bad:
+            raise ValueError(f"every weight must be a finite number > 0, got {bad[0]!r}")
+        return value
+
+
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
@@ -239,6 +291,11 @@ class Experiment(Closed):
         ge=1,
         description="how many times the experiment runs, each time in another worker process (on another GPU of "
         "the same model where one is free): the between-run spread the summary and compare judge by",
+    )
+    replay: ReplayConfig | None = Field(
+        default=None,
+        description="replay shape traffic instead of timing one shape: calls drawn from weighted values of a "
+        "parameter, served eagerly and compiled from the first call, compiles and recompiles included",
     )
 
     @field_validator("target")
@@ -462,6 +519,57 @@ class WorkInfo(BaseModel):
     bytes: int | None = None
 
 
+class ShapeTiming(BaseModel):
+    """One value of a replay's parameter: its share of the traffic and its steady-state times.
+
+    ``eager_ms``/``compiled_ms`` are the medians (``tasks.stats.describe``) of the warm pass's
+    samples, kept beside them; ``drawn`` is how many calls of the replayed sequence took this value.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any
+    weight: float  # normalised: the weights of a replay sum to 1
+    drawn: int = 0
+    eager_ms: float
+    compiled_ms: float
+    eager_samples_ms: list[float] = Field(default_factory=list)
+    compiled_samples_ms: list[float] = Field(default_factory=list)
+
+
+class ReplayResult(BaseModel):
+    """What a replay of shape traffic measured (``tasks.replay``).
+
+    First pass (the seeded sequence of ``calls`` calls, once per side, each call timed alone):
+    ``total_ms`` per side (``eager``, ``compiled``), the compiled side's compiles included;
+    ``compile_s``, the calls of the compiled pass during which Dynamo compiled (each such call's
+    whole wall time, as ``Result.compile_latency_s`` is); ``compiles``, those calls, and
+    ``recompiles``, those after the first call; the guard failures Dynamo gave for them
+    (``recompile_reasons``) and whether its recompile limit was hit (after which it runs the
+    frame eagerly); ``cumulative_ms`` per side after each of the calls ``cumulative_at`` (1-based,
+    at most ``tasks.replay.CUMULATIVE_POINTS`` of them, the first and the last among them). Warm
+    pass: ``per_shape``. Derived (``tasks.replay``): ``weighted_speedup``, the steady-state speedup
+    weighted by traffic, sum(w eager) / sum(w compiled); ``break_even_calls``, ``compile_s`` over
+    the traffic-weighted time a compiled call saves (None where compiled is not faster).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    param: str
+    calls: int
+    total_ms: dict[str, float]
+    compile_s: float
+    compiles: int = 0
+    recompiles: int = 0
+    recompile_reasons: list[str] = Field(default_factory=list)
+    recompile_limit_hit: bool = False
+    per_shape: list[ShapeTiming] = Field(default_factory=list)
+    weighted_speedup: float | None = None
+    break_even_calls: float | None = None
+    cumulative_at: list[int] = Field(default_factory=list)
+    cumulative_ms: dict[str, list[float]] = Field(default_factory=dict)
+
+
 class Result(BaseModel):
     """What one experiment produced, success or failure."""
 
@@ -486,7 +594,7 @@ class Result(BaseModel):
     compiled: SideTiming | None = None
     compile_latency_s: float | None = None  # the measured compile's first call; compile_cache says how it was served
     compile_cache: CompileCache | None = None
-    speedup: float | None = None
+    speedup: float | None = None  # eager / compiled medians; a replay's: its weighted_speedup (traffic-weighted)
     speedup_ci: tuple[float, float] | None = None
     memory_ratio: float | None = None  # eager peak / compiled peak (PyTorch's "compression ratio")
     compile_breakdown: dict[str, float] = Field(default_factory=dict)  # seconds, where torch reports them
@@ -507,6 +615,7 @@ class Result(BaseModel):
     finished_at: float
     worker: WorkerInfo | None = None
     measurement: Measurement | None = None
+    replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
 
     @property
     def config_label(self) -> str:

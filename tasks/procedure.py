@@ -42,6 +42,7 @@ from tasks.models import (
     ErrorInfo,
     Experiment,
     Measurement,
+    ReplayResult,
     Resources,
     Result,
     SideTiming,
@@ -51,6 +52,7 @@ from tasks.models import (
     result_identity,
 )
 from tasks.phases import PhaseRun
+from tasks.replay import replay
 from tasks.sides import recompile_verdict, time_eager_alone, time_sides
 from tasks.stats import speedup_ci
 from tasks.targets import FreshInputs, Workload, build, copy_inputs, input_versions
@@ -105,6 +107,7 @@ class Draft:
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     memory_ratio: float | None = None
+    replay: ReplayResult | None = None
 
     def finish(self, exp: Experiment, status: Status, error: BaseException | None = None) -> Result:
         if out_of_memory(error):  # wherever it was raised: not retried, the worker cleans the GPU
@@ -164,7 +167,18 @@ def _run(
     except precision.PrecisionError as e:
         return draft.finish(exp, "runtime_error", e)
     with precision.active(exp.precision, device), phases.grad_mode(exp.phase):
+        if exp.replay is not None:  # shape traffic in place of one shape's timing
+            return _replay(exp, device, timer, draft)
         return _measure(exp, device, timer, measurement, draft)
+
+
+def _replay(exp: Experiment, device: torch.device, timer: Timer, draft: Draft) -> Result:
+    """Shape traffic served eagerly and compiled, then per shape warm (``tasks.replay``), in place
+    of ``_measure``'s recipe; what it measured fills the draft."""
+    replayed = replay(exp, device, timer)
+    for name, value in replayed.result_fields().items():
+        setattr(draft, name, value)  # Draft has slots: a name it lacks is an error at once
+    return draft.finish(exp, replayed.status, replayed.error)
 
 
 def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: Measurement, draft: Draft) -> Result:

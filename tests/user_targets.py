@@ -267,3 +267,39 @@ def make_overflow(device: torch.device, n: int = 64, overflow: bool = True, spoi
 def make_log(device: torch.device, n: int = 64):
     """``log`` of inputs half of which are negative: NaN at the same places in eager, float64 and compiled."""
     return (lambda x: torch.log(x)), (torch.randn(n, device=device),)
+
+
+# Shape-traffic replay: a target built at several sizes, and a backend that counts what it compiles.
+
+REPLAY_GRAPHS: list[str] = []  # per graph the counting backend compiled: its input's shape, or "dynamic"
+
+
+def replay_counting_backend(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+    """Records each graph it is given, then runs it as it is: ``dynamic`` when Dynamo passes it a
+    symbolic size (a dynamic dimension), else the shape of its last tensor input (the target's input)."""
+    symbolic = any(isinstance(i, torch.SymInt) for i in example_inputs)
+    tensors = [i for i in example_inputs if isinstance(i, torch.Tensor)]
+    REPLAY_GRAPHS.append("dynamic" if symbolic else str(tuple(tensors[-1].shape)))
+    return gm.forward
+
+
+if "replay_counting_TESTING_ONLY" not in torch._dynamo.backends.registry._COMPILER_FNS:  # imported once more
+    torch._dynamo.register_backend(replay_counting_backend, name="replay_counting_TESTING_ONLY")
+
+
+class SizedLinear(torch.nn.Module):
+    """Linear(4, 4) then relu over rows: the row count is the size a replay varies."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def make_sized(device: torch.device, rows: int = 8, broken_at: int | None = None):
+    """``SizedLinear`` on a (rows, 4) input; the factory fails when ``rows == broken_at``."""
+    if rows == broken_at:
+        raise ValueError(f"cannot build {rows} rows")
+    return SizedLinear().to(device), (torch.randn(rows, 4, device=device),)

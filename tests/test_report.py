@@ -412,7 +412,7 @@ def test_a_report_written_before_replicates_summarises_as_it_did():
     them). Only one figure may differ: the pass rate of the configuration with an unchecked result."""
     report = load_report(DATA / "summary-before-replicates.json")
     new = summarize(report.results)
-    added = {"replicates", "ci_within", "ci_between", "spread", "gpus", "between", "passed", "unchecked"}
+    added = {"replicates", "ci_within", "ci_between", "spread", "gpus", "between", "passed", "unchecked", "ranked"}
     assert _without(new.model_dump(mode="json"), added | {"pass_rate"}) == _without(
         report.summary.model_dump(mode="json"), added | {"pass_rate"}
     )
@@ -420,7 +420,8 @@ def test_a_report_written_before_replicates_summarises_as_it_did():
     before = {(d.device_model, c.config): c.pass_rate for d in report.summary.devices for c in d.configs}
     changed = {key: (before[key], rates[key]) for key in rates if rates[key] != before[key]}
     assert changed == {("A100", "inductor"): (1.0, 0.9)}  # seed.foo5: ok, never checked
-    ranked = [x for g in new.groups for x in (g.best, g.runner_up) if x]
+    assert all(g.ranked[:2] == [x for x in (g.best, g.runner_up) if x] for g in new.groups)
+    ranked = [x for g in new.groups for x in g.ranked]
     assert all(x.ci == x.ci_within and x.ci_between is None and x.replicates == 1 for x in ranked)
     means = [m for d in new.devices for c in d.configs for m in (c.common, c.own) if m]
     assert all(m.ci == m.ci_within and m.between == 0 and m.spread is None for m in means)

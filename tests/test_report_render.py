@@ -269,3 +269,18 @@ def test_report_command_prints_the_between_run_interval(tmp_path):
     result = runner.invoke(app, ["report", str(path)], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     assert "CI over" in result.output and "3 runs" in result.output and "within-run CI" in result.output
+
+
+def test_every_replicated_configuration_shows_its_between_run_interval_ranked_first_or_not():
+    from orchestrator.report.render import replicates_rows
+
+    from .report_data import make_report, make_result, replicated_report
+
+    rows = replicates_rows(replicated_report().summary)
+    at = {h: i for i, h in enumerate(rows.headers)}
+    shown = [(r[at["target"]], r[at["config"]], r[at["runs"]]) for r in rows.rows]
+    assert shown == [("seed.foo3", "inductor", "3"), ("seed.foo3", "aot_eager", "3")]
+    over, within = at["95% CI over runs"], at["within-run CI"]
+    assert all(r[over] != "-" and r[over] != r[within] for r in rows.rows)  # over the runs, beside the within-run
+    assert rows.notes
+    assert replicates_rows(make_report([make_result("seed.foo", 2.0)]).summary).rows == []  # no replicates: no table

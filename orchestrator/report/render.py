@@ -184,6 +184,31 @@ def groups_rows(summary: Summary) -> Rows:
     return Rows("best configuration per group", headers, rows, right, notes)
 
 
+def replicates_rows(summary: Summary) -> Rows:
+    """Every configuration whose figure is over replicates, ranked or not: its median speedup over the
+    runs, the between-run interval beside the within-run one, and the GPU spread."""
+    multi = len({g.device_model for g in summary.groups}) > 1
+    headers = [*(["device"] if multi else []), "target", "config", "runs", "speedup (median)", "95% CI over runs"]
+    headers += ["within-run CI", "GPU spread"]
+    rows = [
+        [
+            *([g.device_model] if multi else []),
+            g.label,
+            x.config,
+            str(x.replicates),
+            times(x.speedup),
+            interval(x.ci_between),
+            interval(x.ci_within),
+            spread_text(x.spread, x.gpus),
+        ]
+        for g in summary.groups
+        for x in g.ranked
+        if x.ci_between
+    ]
+    right = {"runs", "speedup (median)", "95% CI over runs", "within-run CI", "GPU spread"}
+    return Rows("between runs: configurations with replicates", headers, rows, right, [REPLICATES_NOTE] if rows else [])
+
+
 def ci_over(ranked: Ranked) -> str:
     """What a configuration's ranking interval is over: ``3 runs`` (its replicates) or ``one run``."""
     if ranked.ci_between is None:
@@ -317,6 +342,9 @@ def views(report: Report) -> Iterator[Rows]:
     """The summary views, in reading order; empty ones are skipped."""
     summary = report.summary
     yield groups_rows(summary)
+    replicated = replicates_rows(summary)
+    if replicated.rows:
+        yield replicated
     for device in summary.devices:
         yield device_rows(device)
     calibration = calibration_rows(report.environment.calibration)

@@ -292,6 +292,7 @@ class _GroupData:
             results=len(self.results),
             best=best,
             runner_up=runner_up,
+            ranked=ranked,
             tie=tie,
             failed={c: s for c, s in self.why.items() if c not in self.timed and s in _STATUSES},
         )

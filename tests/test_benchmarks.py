@@ -93,3 +93,13 @@ def test_fidelity_end_to_end_spec_loads_and_its_own_target_builds(tmp_path: Path
     assert [e.target for e in loaded.experiments] == [t for _, t, _ in fidelity.E2E_WORKLOADS]
     work = build("benchmarks.fidelity:gelu_mlp", torch.device("cpu"), {"rows": 8, "dim": 4})
     assert work.fn(*work.inputs).shape == (8, 4)
+
+
+def test_contamination_tells_a_late_median_inside_the_fresh_processes_range_apart() -> None:
+    probe = contamination.PROBES[0]
+    fresh = [_result(1.0, 0.5), _result(1.4, 0.7), _result(0.8, 0.4)]  # three new processes: 1.75x apart
+    inside = [contamination.Round(fresh=[f], late=[_result(1.2, 0.6)], pids={1}, before=[0, 1]) for f in fresh]
+    row = contamination.table([probe], inside)[2]
+    assert "| 1.75x |" in row and "late within the fresh processes' range" in row
+    outside = [contamination.Round(fresh=[f], late=[_result(2.0, 1.0)], pids={1}, before=[0, 1]) for f in fresh]
+    assert "OUT (±3%, same counts)" in contamination.table([probe], outside)[2]

@@ -253,6 +253,22 @@ class ReplayConfig(Closed):
         return value
 
 
+class DecisionConfig(Closed):
+    """How the summary decides what to ship for a group (``orchestrator.report.decision``).
+
+    Without it, the configuration with the highest lower 95% bound of speedup, if that bound exceeds
+    1.0. With ``calls``, the one that serves that many calls in the least time, its compile included
+    (compile + calls x per-call time, against eager's calls x per-call time).
+    """
+
+    calls: int = Field(
+        ge=1,
+        description="calls the compiled program will serve (per process, per compile): the recommendation "
+        "minimises compile + calls x per-call time, so a configuration whose compile does not pay for itself "
+        "within this many calls is not recommended",
+    )
+
+
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
@@ -297,6 +313,11 @@ class Experiment(Closed):
         description="replay shape traffic instead of timing one shape: calls drawn from weighted values of a "
         "parameter, served eagerly and compiled from the first call, compiles and recompiles included",
     )
+    decision: DecisionConfig | None = Field(
+        default=None,
+        description="how the summary decides what to ship: {calls: N} weighs the compile against N calls; "
+        "None: the highest lower 95% bound of speedup. Not part of the experiment's id (it measures the same)",
+    )
 
     @field_validator("target")
     @classmethod
@@ -314,8 +335,10 @@ class Experiment(Closed):
         """Stable identity: a hash of the fields that differ from their defaults (same spec, same id,
         on any machine; a field added later with a default leaves existing ids as they were). When a
         worker is replaced (``worker``) is how it ran, not what it measures, and every replicate of an
-        experiment measures the same thing (``replicates``): neither is part of the id."""
-        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude={"worker", "replicates"}), 12)
+        experiment measures the same thing (``replicates``); how its result is weighed (``decision``)
+        does not change what it measures either: none of them is part of the id."""
+        exclude = {"worker", "replicates", "decision"}
+        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude=exclude), 12)
 
 
 class ErrorInfo(BaseModel):
@@ -616,6 +639,7 @@ class Result(BaseModel):
     worker: WorkerInfo | None = None
     measurement: Measurement | None = None
     replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
+    decision: DecisionConfig | None = None  # the experiment's: how the summary weighs compile against calls
 
     @property
     def config_label(self) -> str:
@@ -634,6 +658,7 @@ def result_identity(exp: Experiment) -> dict[str, Any]:
         "phase": exp.phase,
         "precision": exp.precision,
         "gpu_model": exp.gpu_model,
+        "decision": exp.decision,
     }
 
 

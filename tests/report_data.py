@@ -210,3 +210,85 @@ def calibrated_report() -> Report:
     report = make_report([on_fast, on_slow], name="calibrated")
     report.environment.calibration = [fast, slow]
     return report
+
+
+def make_replay_result(
+    target: str = "blocks.transformer_layer",
+    *,
+    dynamic: bool | None = None,
+    mark_dynamic: list[tuple[int, int]] | None = None,
+    values: tuple[int, ...] = (16, 32, 64),
+    weights: tuple[float, ...] = (0.5, 0.3, 0.2),
+    eager_ms: tuple[float, ...] = (1.0, 2.0, 4.0),
+    compiled_ms: tuple[float, ...] = (0.5, 1.0, 2.0),
+    compile_s: float = 2.0,
+    compiles: int = 1,
+    calls: int = 1000,
+    total_ms: dict[str, float] | None = None,
+    calls_asked: int | None = None,
+    cache: str = "warm",
+) -> Result:
+    """A replay of ``calls`` calls over ``values`` (weights normalised here) under one dynamic-shape policy.
+
+    Per value: steady eager and compiled medians as given. ``total_ms`` (first pass) defaults to what the
+    steady times and the compile make of the traffic; the cumulative curves run from the first call's
+    compile to that total. ``calls_asked`` sets ``decision.calls``."""
+    from tasks.models import DecisionConfig, ReplayConfig, ReplayResult, ShapeTiming
+
+    norm = [w / sum(weights) for w in weights]
+    mean_eager = sum(w * e for w, e in zip(norm, eager_ms, strict=True))
+    mean_compiled = sum(w * c for w, c in zip(norm, compiled_ms, strict=True))
+    totals = total_ms or {"eager": calls * mean_eager, "compiled": compile_s * 1e3 + calls * mean_compiled}
+    compile_cfg: dict[str, Any] = {"dynamic": dynamic, "mark_dynamic": mark_dynamic or [], "cache": cache}
+    replay = ReplayConfig(param="seq", values=list(values), weights=list(weights), calls=calls)
+    decision = DecisionConfig(calls=calls_asked) if calls_asked else None
+    exp = Experiment(
+        target=target, params={"batch": 2}, device="cpu", compile=compile_cfg, replay=replay, decision=decision
+    )
+    at = sorted({1, *range(10, calls + 1, max(1, calls // 20)), calls})
+    first_ms = compile_s * 1e3 / compiles
+    eager_curve = [totals["eager"] * n / calls for n in at]
+    rest = totals["compiled"] - first_ms
+    compiled_curve = [first_ms + rest * (n - 1) / max(1, calls - 1) for n in at]
+    return Result(
+        **{**exp.model_dump(include={"target", "params", "compile", "timing", "seed"}), "decision": decision},
+        experiment_id=exp.id,
+        device="cpu",
+        status="ok",
+        compile_latency_s=first_ms / 1e3,
+        compile_cache=CompileCache(state=cache, primed=cache == "warm", fxgraph_hit=int(cache == "warm")),
+        speedup=mean_eager / mean_compiled,
+        correct=True,
+        started_at=1_700_000_000.0,
+        finished_at=1_700_000_060.0,
+        worker=WorkerInfo(hostname="node-1", pid=1, threads=2, cpu_model="Xeon", versions={"torch": "2.13.0"}),
+        replay=ReplayResult(
+            param="seq",
+            calls=calls,
+            total_ms=totals,
+            compile_s=compile_s,
+            compiles=compiles,
+            recompiles=compiles - 1,
+            per_shape=[
+                ShapeTiming(value=v, weight=w, drawn=round(w * calls), eager_ms=e, compiled_ms=c)
+                for v, w, e, c in zip(values, norm, eager_ms, compiled_ms, strict=True)
+            ],
+            weighted_speedup=mean_eager / mean_compiled,
+            break_even_calls=compile_s * 1e3 / (mean_eager - mean_compiled) if mean_eager > mean_compiled else None,
+            cumulative_at=at,
+            cumulative_ms={"eager": eager_curve, "compiled": compiled_curve},
+        ),
+    )
+
+
+def replay_report() -> Report:
+    """Shape traffic under the four dynamic-shape policies: static recompiles per length and loses the
+    1,000 calls; dynamic, marked and torch's choice compile once or twice and win them."""
+    eager = (2.0, 4.0, 8.0)
+    policies = [
+        make_replay_result(dynamic=False, compile_s=9.0, compiles=3, eager_ms=eager, compiled_ms=(0.4, 0.8, 1.6)),
+        make_replay_result(dynamic=True, compile_s=1.5, eager_ms=eager, compiled_ms=(0.6, 1.1, 2.2)),
+        make_replay_result(dynamic=None, compile_s=2.5, compiles=2, eager_ms=eager, compiled_ms=(0.5, 1.0, 2.1)),
+        make_replay_result(mark_dynamic=[(0, 1)], compile_s=1.2, eager_ms=eager, compiled_ms=(0.6, 1.1, 2.2)),
+    ]
+    return make_report(policies, name="replay")

@@ -413,6 +413,9 @@ def test_a_report_written_before_replicates_summarises_as_it_did():
     report = load_report(DATA / "summary-before-replicates.json")
     new = summarize(report.results)
     added = {"replicates", "ci_within", "ci_between", "spread", "gpus", "between", "passed", "unchecked", "ranked"}
+    added |= {"decision"}
+    assert all(g.decision is None for g in report.summary.groups)  # the summary loads as it was stored
+    assert all(g.decision is not None for g in new.groups)  # its results are decided anew
     assert _without(new.model_dump(mode="json"), added | {"pass_rate"}) == _without(
         report.summary.model_dump(mode="json"), added | {"pass_rate"}
     )

@@ -45,6 +45,56 @@ class Ranked(BaseModel):
     gpus: int = 0  # distinct GPUs the replicates ran on (as their workers name them)
 
 
+class ConfigDecision(BaseModel):
+    """One configuration of a group as the decision weighs it (``orchestrator.report.decision``).
+
+    ``speedup``, ``lower``: the group's ranking figure and the lower end of its 95% interval (``Ranked``);
+    ``eager_ms``, ``compiled_ms``: per call (a replay's: weighted by its traffic); ``compile_s``: the
+    compile the break-even is charged (a replay's: every compile of its first pass), ``compile_label``
+    how it was served and whose it is; ``peak_memory_bytes``: the compiled side's, where measured.
+    """
+
+    config: str
+    candidate: bool  # ok, checked correct and not recompiled in every result: it may be shipped
+    excluded: str | None = None  # why it may not be: "failed its check", "compile_error", "unchecked", ...
+    speedup: float | None = None
+    lower: float | None = None  # lower end of the 95% interval that ranks (between runs where there are replicates)
+    interval: Literal["between runs", "within run"] | None = None  # which interval ``lower`` is of
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    compile_s: float | None = None
+    compile_label: str | None = None  # "warm: hit", "cold: miss (from inductor+cold)": see decision
+    peak_memory_bytes: int | None = None
+    break_even_calls: float | None = None  # compile / (eager - compiled per call); None where not faster
+    calls_ms: float | None = None  # with calls: compile + calls x per call (a replay at its own calls: its total)
+    eager_calls_ms: float | None = None  # with calls: eager's time for as many calls, as measured beside it
+    pays_within_calls: bool | None = None  # with calls: calls_ms < eager_calls_ms; None without calls
+    pareto: bool = False  # not dominated among the candidates (``Decision.pareto_on``)
+
+
+class Decision(BaseModel):
+    """What to ship for one group: a configuration, or ``eager``, and why.
+
+    ``basis``: ``lower_bound``, the candidate with the highest lower 95% bound of speedup if that
+    bound exceeds 1.0; ``calls``, the candidate that serves ``calls`` calls in the least time, compile
+    included, if that is less than eager's. ``pareto``: the candidates not dominated on ``pareto_on``.
+    """
+
+    recommend: str  # a configuration label as the group's results name it, or "eager": stable, comparable
+    reason: str
+    basis: Literal["lower_bound", "calls"]
+    calls: int | None = None  # the calls the choice was weighed over; None: by lower bound alone
+    lower: float | None = None  # the recommended configuration's lower 95% bound of speedup
+    configs: list[ConfigDecision] = Field(default_factory=list)  # every configuration of the group, as run
+    pareto: list[str] = Field(default_factory=list)  # configuration labels
+    pareto_on: list[str] = Field(default_factory=list)  # the figures compared: "speedup lower bound", ...
+    notes: list[str] = Field(default_factory=list)  # what the figures stand on where it is not the default
+
+    def config(self, label: str) -> ConfigDecision | None:
+        """The entry of one configuration, or None."""
+        return next((c for c in self.configs if c.config == label), None)
+
+
 class Group(BaseModel):
     """Results that measure the same thing: one target, its params, device model, phase and precision.
 
@@ -62,6 +112,7 @@ class Group(BaseModel):
     ranked: list[Ranked] = Field(default_factory=list)  # every configuration with a valid timing, fastest first
     tie: bool = False  # the best's 95% interval (``ci``: between-run where there is one) overlaps the runner-up's
     failed: dict[str, str] = Field(default_factory=dict)  # config -> status, for results that are not ok
+    decision: Decision | None = None  # what to ship; None in a summary written before decisions
 
     @property
     def label(self) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, get_args
 
+from orchestrator.report.decision import compile_latencies, decide
 from orchestrator.report.models import (
     ConfigSummary,
     DeviceSummary,
@@ -81,6 +82,8 @@ def summarize(results: Sequence[Result]) -> Summary:
       results, every replicate counted; ok results never checked (``correct: null``) are counted
       apart (``unchecked``), not as passes.
     - Results that recompiled inside their timed window are listed apart.
+    - Every group has a decision (``decision.decide``): what to ship, or eager, and why; its break-even
+      and Pareto set.
     """
     counts = Counter({status: 0 for status in get_args(Status)})
     counts.update(r.status for r in results)
@@ -295,6 +298,7 @@ class _GroupData:
             ranked=ranked,
             tie=tie,
             failed={c: s for c, s in self.why.items() if c not in self.timed and s in _STATUSES},
+            decision=decide(ranked, self.configs),
         )
 
     @staticmethod
@@ -399,24 +403,6 @@ def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
         n=len(groups),
         targets=sorted(label for label, _ in groups),
     )
-
-
-def compile_latencies(results: Sequence[Result]) -> tuple[list[float], str | None]:
-    """The compile latencies one mean may take, and its label: never cold and warm together (a
-    configuration is one or the other; cold takes precedence if a caller mixes them), and, of the
-    results whose caches were recorded, those served as most were (``warm: hit`` over a stray miss)."""
-    timed = [r for r in results if r.compile_latency_s]
-    if not timed:
-        return [], None
-    state = "cold" if any(r.compile.cache == "cold" for r in timed) else "warm"
-    timed = [r for r in timed if r.compile.cache == state]
-    outcomes = Counter(r.compile_cache.outcome for r in timed if r.compile_cache)
-    if not outcomes:
-        return [r.compile_latency_s or 0.0 for r in timed], state
-    outcome = outcomes.most_common(1)[0][0]
-    kept = [r for r in timed if r.compile_cache and r.compile_cache.outcome == outcome]
-    label = f"{state}: {outcome}" + (f" ({len(timed) - len(kept)} other left out)" if len(kept) < len(timed) else "")
-    return [r.compile_latency_s or 0.0 for r in kept], label
 
 
 def _combine(values: Sequence[tuple[float, float]]) -> tuple[float, float]:

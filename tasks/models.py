@@ -563,17 +563,19 @@ class ShapeTiming(BaseModel):
 class ReplayResult(BaseModel):
     """What a replay of shape traffic measured (``tasks.replay``).
 
-    First pass (the seeded sequence of ``calls`` calls, once per side, each call timed alone):
-    ``total_ms`` per side (``eager``, ``compiled``), the compiled side's compiles included;
-    ``compile_s``, the calls of the compiled pass during which Dynamo compiled (each such call's
-    whole wall time, as ``Result.compile_latency_s`` is); ``compiles``, those calls, and
-    ``recompiles``, those after the first call; the guard failures Dynamo gave for them
-    (``recompile_reasons``) and whether its recompile limit was hit (after which it runs the
-    frame eagerly); ``cumulative_ms`` per side after each of the calls ``cumulative_at`` (1-based,
-    at most ``tasks.replay.CUMULATIVE_POINTS`` of them, the first and the last among them). Warm
-    pass: ``per_shape``. Derived (``tasks.replay``): ``weighted_speedup``, the steady-state speedup
-    weighted by traffic, sum(w eager) / sum(w compiled); ``break_even_calls``, ``compile_s`` over
-    the traffic-weighted time a compiled call saves (None where compiled is not faster).
+    First pass (the seeded sequence of ``calls`` calls, served once by each side, the sides taking
+    turns a block of calls at a time, each call timed alone): ``total_ms`` per side (``eager``,
+    ``compiled``), the compiled side's compiles included; ``compile_s``, the calls of the compiled
+    pass during which Dynamo compiled (each such call's whole wall time, as
+    ``Result.compile_latency_s`` is); ``compiles``, those calls, and ``recompiles``, those after
+    the first call; the guard failures Dynamo gave for them (``recompile_reasons``) and whether its
+    recompile limit was hit (after which it runs the frame eagerly); ``cumulative_ms`` per side
+    after each of the calls ``cumulative_at`` (1-based, at most ``tasks.replay.CUMULATIVE_POINTS``
+    of them, the first and the last among them). Warm pass: ``per_shape``. Derived
+    (``tasks.replay``): ``weighted_speedup``, the steady-state speedup weighted by traffic,
+    sum(w eager) / sum(w compiled), and its 95% bootstrap interval over the warm samples
+    (``weighted_speedup_ci``); ``break_even_calls``, ``compile_s`` over the traffic-weighted time a
+    compiled call saves (None where compiled is not faster).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -588,6 +590,7 @@ class ReplayResult(BaseModel):
     recompile_limit_hit: bool = False
     per_shape: list[ShapeTiming] = Field(default_factory=list)
     weighted_speedup: float | None = None
+    weighted_speedup_ci: tuple[float, float] | None = None
     break_even_calls: float | None = None
     cumulative_at: list[int] = Field(default_factory=list)
     cumulative_ms: dict[str, list[float]] = Field(default_factory=dict)

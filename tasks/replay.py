@@ -9,22 +9,25 @@ An experiment with ``replay: {param, values, weights, calls}`` measures what a c
    gives its inputs. A value whose build fails makes the result a ``runtime_error`` naming it.
 2. **Draw** the traffic: ``calls`` value indices from ``random.Random(seed)``, each value with
    probability ``weight / sum(weights)`` (``draw``).
-3. **First pass, eager**: the sequence served once, each call timed alone by the timer's
-   ``first_call`` (on CUDA between two synchronisations); then the references the check needs
-   (``tasks.check.step.take_references``), before anything compiles.
+3. **References** for the check (``tasks.check.step.take_references``), before anything compiles.
 4. **Prime** (``compile.cache: warm``): the compiled side calls each value once, in the order
    the sequence first draws them, then everything in memory is forgotten
    (``tasks.compiling.forget_compiled``), as the procedure primes its one compile.
-5. **First pass, compiled**: a fresh ``torch.compile`` (``tasks.compiling.compiled_callable``)
-   serves the same sequence from its first call, each call timed alone. Dynamo's counters are
-   read around every call, outside its timing: a call during which Dynamo compiled a frame
-   counts its whole wall time into ``compile_s`` (as ``compile_latency_s`` counts the first
-   call); every compile after the first call's is a recompile, and the guard failures Dynamo
-   gave for them (``tasks.dynamo_watch``) are kept. ``compile.mark_dynamic`` marks the inputs of
-   every value (``torch._dynamo.mark_dynamic``) before the compiled side first sees them.
+5. **First pass**: the sequence served once eagerly and once by a fresh ``torch.compile``
+   (``tasks.compiling.compiled_callable``) from its first call, each call timed alone by the
+   timer's ``first_call`` (on CUDA between two synchronisations). The sides take turns, a block
+   of ``FIRST_PASS_BLOCK`` calls each, the same calls in the same order: drift in clocks or load
+   hits both sides alike. Dynamo's counters are read around every compiled call, outside its
+   timing: a call during which Dynamo compiled a frame counts its whole wall time into
+   ``compile_s`` (as ``compile_latency_s`` counts the first call); every compile after the first
+   call's is a recompile, and the guard failures Dynamo gave for them (``tasks.dynamo_watch``)
+   are kept. ``compile.mark_dynamic`` marks the inputs of every value
+   (``torch._dynamo.mark_dynamic``) before the compiled side first sees them.
 6. **Warm pass**: per value, both sides timed interleaved with the experiment's timing
    (``tasks.sides.prepare_sides`` and the timer's ``interleaved``); the medians are each value's
-   steady-state times. A value the sequence never drew is compiled here, untimed and uncounted.
+   steady-state times, and their samples give the weighted speedup its bootstrap interval
+   (``weighted_speedup_ci``). A value the sequence never drew is compiled here, untimed and
+   uncounted.
 7. **Check**: per value, the compiled side's output (the code that was timed) against the
    references (``tasks.check.step.check_compiled``); a mismatch names the value. Inductor's
    random ops are not set to eager's RNG here, unlike the procedure's own check compile: a target
@@ -48,6 +51,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
 import torch
 from torch._dynamo.utils import calculate_time_spent
 
@@ -77,16 +81,29 @@ from tasks.models import (
 )
 from tasks.phases import PhaseRun
 from tasks.sides import prepare_sides
-from tasks.stats import describe
+from tasks.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_medians, describe
 from tasks.targets import Workload, build, copy_inputs
 from tasks.timers import Timer
 
 CUMULATIVE_POINTS = 200  # points of each side's cumulative-time curve a result keeps: enough to draw it
 MAX_REASONS = 50  # guard failures kept per replay (a static policy over n values gives n - 1)
+# Calls one side serves before the other serves the same ones, in the first pass. A side's first
+# calls after the other side's run slow (tasks.timers, SETTLE_BLOCKS: within 2-4% from the fifth
+# call): over 50 calls that costs each side well under 1%, while blocks stay short against the
+# swings in load of a shared machine (seconds), which then hit both sides alike.
+FIRST_PASS_BLOCK = 50
 
 
 class ReplayBuildError(RuntimeError):
     """The target could not be built at one value of the replayed parameter."""
+
+
+class EagerFailed(RuntimeError):
+    """The eager side raised during the first pass: ``error``, the target's own error."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @dataclass(frozen=True)
@@ -135,6 +152,7 @@ class Replayed:
     check: CheckInfo | None = None
     check_note: str | None = None
     speedup: float | None = None
+    speedup_ci: tuple[float, float] | None = None
 
     def failed(self, status: Status, error: BaseException) -> Replayed:
         self.status, self.error = status, error
@@ -158,9 +176,8 @@ def replay(exp: Experiment, device: torch.device, timer: Timer) -> Replayed:
     eager_side = run.side(eager_callable(fn, exp.compile))
     traffic = draw(cfg, exp.seed)
 
-    # 3. The eager pass, then the references, before anything compiles.
+    # 3. The references, before anything compiles.
     try:
-        eager = serve(timer, eager_side, shapes, traffic.sequence)
         references = _references(exp, run, fn, shapes, device)
     except Exception as e:
         return out.failed("runtime_error", precision.explain_failure(e, exp.precision))
@@ -181,12 +198,14 @@ def replay(exp: Experiment, device: torch.device, timer: Timer) -> Replayed:
     except Exception as e:
         return out.failed("compile_error", e)
 
-    # 5. The compiled pass from a fresh compile; 6. the warm pass, both sides per value.
+    # 5. The first pass, both sides, the compiled one from a fresh compile; 6. the warm pass.
     with DynamoWatch() as watch:
         start = watch.snapshot()
         try:
             compiled_side = compiled_callable(first, run, exp.compile)
-            compiled = serve(timer, compiled_side, shapes, traffic.sequence, watch.snapshot)
+            eager, compiled = serve(timer, eager_side, compiled_side, shapes, traffic.sequence, watch.snapshot)
+        except EagerFailed as e:
+            return out.failed("runtime_error", precision.explain_failure(e.error, exp.precision))
         except Exception as e:
             return out.failed("compile_error", e)
         out.compile_cache = cache_use(exp.compile.cache, exp.compile.cache == "warm", cache_counters())
@@ -208,7 +227,7 @@ def replay(exp: Experiment, device: torch.device, timer: Timer) -> Replayed:
     out.replay = summarise(cfg, traffic, eager, compiled, per_shape, reasons, limit_hit)
     out.compile_latency_s = compiled.call_ms[0] / 1e3
     out.graphs_compiled = after.graphs - start.graphs
-    out.speedup = out.replay.weighted_speedup
+    out.speedup, out.speedup_ci = out.replay.weighted_speedup, out.replay.weighted_speedup_ci
     out.correct, out.check, out.check_note = verdict.correct, verdict.check, verdict.note
     return out.failed("incorrect", verdict.mismatch) if verdict.mismatch is not None else out
 
@@ -270,28 +289,35 @@ def mark_dynamic(shapes: Sequence[tuple[Any, ...]], pairs: Sequence[tuple[int, i
 
 def serve(
     timer: Timer,
-    side: Callable[..., Any],
+    eager_side: Callable[..., Any],
+    compiled_side: Callable[..., Any],
     shapes: Sequence[tuple[Any, ...]],
     sequence: Sequence[int],
-    counters: Callable[[], Snapshot] | None = None,
-) -> Pass:
-    """Each call of the sequence timed alone (``timer.first_call``: on CUDA between two
-    synchronisations). With ``counters`` (Dynamo's, read outside each call's timing), the calls
-    during which Dynamo compiled a frame: its frame attempts that were not refused by the
-    recompile limit grew."""
-    call_ms: list[float] = []
-    compiled_calls: list[int] = []
-    before = counters() if counters is not None else None
-    calls = [functools.partial(side, *inputs) for inputs in shapes]
-    for position, i in enumerate(sequence):
-        _, ms = timer.first_call(calls[i])
-        call_ms.append(ms)
-        if counters is not None and before is not None:
+    counters: Callable[[], Snapshot],
+) -> tuple[Pass, Pass]:
+    """The sequence served by both sides in turn, ``FIRST_PASS_BLOCK`` calls at a time, eager first,
+    each call timed alone (``timer.first_call``). Dynamo's ``counters`` are read before and after
+    each compiled call, outside its timing: the call compiled when Dynamo's frame attempts that the
+    recompile limit did not refuse grew."""
+    eager_calls = [functools.partial(eager_side, *inputs) for inputs in shapes]
+    compiled_calls = [functools.partial(compiled_side, *inputs) for inputs in shapes]
+    eager_ms: list[float] = []
+    compiled_ms: list[float] = []
+    compiled_at: list[int] = []
+    for start in range(0, len(sequence), FIRST_PASS_BLOCK):
+        block = sequence[start : start + FIRST_PASS_BLOCK]
+        for i in block:
+            try:
+                eager_ms.append(timer.first_call(eager_calls[i])[1])
+            except Exception as e:
+                raise EagerFailed(e) from e
+        for position, i in enumerate(block, start):
+            before = counters()
+            compiled_ms.append(timer.first_call(compiled_calls[i])[1])
             after = counters()
             if after.frames - after.limit_hits > before.frames - before.limit_hits:
-                compiled_calls.append(position)
-            before = after
-    return Pass(call_ms, compiled_calls)
+                compiled_at.append(position)
+    return Pass(eager_ms), Pass(compiled_ms, compiled_at)
 
 
 def warm_pass(
@@ -373,6 +399,7 @@ def summarise(
         recompile_limit_hit=limit_hit,
         per_shape=per_shape,
         weighted_speedup=weighted_speedup(per_shape),
+        weighted_speedup_ci=weighted_speedup_ci(per_shape),
         break_even_calls=break_even_calls(compile_s, per_shape),
         cumulative_at=at,
         cumulative_ms={"eager": cumulative(eager.call_ms, at), "compiled": cumulative(compiled.call_ms, at)},
@@ -385,6 +412,22 @@ def weighted_speedup(per_shape: Sequence[ShapeTiming]) -> float | None:
     eager = sum(s.weight * s.eager_ms for s in per_shape)
     compiled = sum(s.weight * s.compiled_ms for s in per_shape)
     return eager / compiled if compiled > 0 else None
+
+
+def weighted_speedup_ci(
+    per_shape: Sequence[ShapeTiming], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float] | None:
+    """95% percentile-bootstrap interval of ``weighted_speedup``: each replicate resamples every
+    value's two sides (``tasks.stats.bootstrap_medians``) and weighs their medians as
+    ``weighted_speedup`` does. None where some value has no samples."""
+    if not per_shape or any(not s.eager_samples_ms or not s.compiled_samples_ms for s in per_shape):
+        return None
+    rng = np.random.default_rng(seed)
+    eager = sum(s.weight * bootstrap_medians(s.eager_samples_ms, rng, resamples) for s in per_shape)
+    compiled = sum(s.weight * bootstrap_medians(s.compiled_samples_ms, rng, resamples) for s in per_shape)
+    tail = (1 - CONFIDENCE) / 2 * 100
+    low, high = np.percentile(eager / compiled, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def break_even_calls(compile_s: float, per_shape: Sequence[ShapeTiming]) -> float | None:

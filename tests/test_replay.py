@@ -7,20 +7,26 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
 from orchestrator.spec import SpecError, load_spec
+from tasks.dynamo_watch import Snapshot
 from tasks.models import CompileConfig, Experiment, ReplayConfig, ShapeTiming
 from tasks.procedure import run_experiment
 from tasks.replay import (
     CUMULATIVE_POINTS,
+    FIRST_PASS_BLOCK,
     break_even_calls,
     cumulative,
     draw,
     sample_points,
+    serve,
     weighted_speedup,
+    weighted_speedup_ci,
 )
+from tasks.timers import CpuTimer
 from tests import user_targets
 
 SIZED = "tests.user_targets:make_sized"
@@ -71,6 +77,7 @@ def test_the_result_holds_both_passes_and_the_steady_state_per_value():
     assert rp.compile_s * 1e3 <= rp.total_ms["compiled"]
     assert r.compile_latency_s * 1e3 == pytest.approx(rp.cumulative_ms["compiled"][0])  # the first call
     assert r.speedup == rp.weighted_speedup == pytest.approx(weighted_speedup(rp.per_shape))
+    assert r.speedup_ci == rp.weighted_speedup_ci and rp.weighted_speedup_ci[0] <= r.speedup
     assert r.eager is None and r.compiled is None  # no single shape was timed
 
 
@@ -112,6 +119,12 @@ def test_a_value_whose_build_fails_is_a_runtime_error_naming_it():
         "building tests.user_targets:make_sized with rows=16 failed: ValueError: cannot build 16 rows"
     )
     assert r.replay is None
+
+
+def test_an_eager_side_that_fails_in_the_first_pass_is_a_runtime_error():
+    r = replay(params={"eager_fails": True}, check={"enabled": False})
+    assert r.status == "runtime_error"
+    assert (r.error.type, r.error.message) == ("builtins.RuntimeError", "only the eager side fails")
 
 
 def test_a_wrong_compiled_output_is_incorrect_and_names_the_value():
@@ -162,6 +175,58 @@ def test_weighted_speedup_weighs_each_size_by_its_traffic():
     shapes = [shape(0.75, 4.0, 2.0), shape(0.25, 10.0, 10.0)]
     assert weighted_speedup(shapes) == pytest.approx((0.75 * 4 + 0.25 * 10) / (0.75 * 2 + 0.25 * 10))  # 1.375
     assert weighted_speedup([shape(1.0, 1.0, 0.0)]) is None
+
+
+def sampled(weight: float, eager: list[float], compiled: list[float]) -> ShapeTiming:
+    """A size with its warm samples and their medians."""
+    return ShapeTiming(
+        value=0,
+        weight=weight,
+        eager_ms=float(np.median(eager)),
+        compiled_ms=float(np.median(compiled)),
+        eager_samples_ms=eager,
+        compiled_samples_ms=compiled,
+    )
+
+
+def test_the_weighted_speedup_interval_resamples_every_size_and_holds_the_point():
+    rng = np.random.default_rng(0)
+
+    def noisy(ms: float) -> list[float]:
+        return list(ms * (1 + 0.05 * rng.standard_normal(15)))
+
+    shapes = [sampled(0.75, noisy(4.0), noisy(2.0)), sampled(0.25, noisy(10.0), noisy(10.0))]
+    low, high = weighted_speedup_ci(shapes)
+    assert low < weighted_speedup(shapes) < high and high - low < 0.2
+    assert weighted_speedup_ci([sampled(1.0, [4.0] * 5, [2.0] * 5)]) == (2.0, 2.0)
+    assert weighted_speedup_ci([shape(1.0, 4.0, 2.0)]) is None  # no samples
+
+
+def test_the_first_pass_serves_the_same_calls_on_both_sides_a_block_at_a_time():
+    seen: list[tuple[str, int]] = []
+    frames = {"total": 0, "refused": 0}
+
+    def side(name):
+        def call(x):
+            seen.append((name, x))
+            if name == "compiled" and x in (2, 3) and ("compiled", x) not in seen[:-1]:
+                frames["total"] += 1  # a first sight of 2 compiles; of 3, the recompile limit refuses
+                frames["refused"] += x == 3
+
+        return call
+
+    def counters():
+        return Snapshot(frames=frames["total"], graphs=0, limit_hits=frames["refused"])
+
+    sequence = [i % 4 for i in range(FIRST_PASS_BLOCK * 2 + 7)]
+    eager, compiled = serve(CpuTimer(), side("eager"), side("compiled"), [(0,), (1,), (2,), (3,)], sequence, counters)
+    expected = []
+    for start in range(0, len(sequence), FIRST_PASS_BLOCK):
+        block = sequence[start : start + FIRST_PASS_BLOCK]
+        expected += [("eager", i) for i in block] + [("compiled", i) for i in block]
+    assert seen == expected
+    assert len(eager.call_ms) == len(compiled.call_ms) == len(sequence)
+    assert compiled.compiled_calls == [2] and eager.compiled_calls == []
 
 
 def test_break_even_is_compile_time_over_the_weighted_time_saved():

@@ -288,18 +288,22 @@ if "replay_counting_TESTING_ONLY" not in torch._dynamo.backends.registry._COMPIL
 
 
 class SizedLinear(torch.nn.Module):
-    """Linear(4, 4) then relu over rows: the row count is the size a replay varies."""
+    """Linear(4, 4) then relu over rows: the row count is the size a replay varies. With
+    ``eager_fails``, a call that Dynamo does not trace raises."""
 
-    def __init__(self):
+    def __init__(self, eager_fails: bool = False):
         super().__init__()
         self.lin = torch.nn.Linear(4, 4)
+        self.eager_fails = eager_fails
 
     def forward(self, x):
+        if self.eager_fails and not torch.compiler.is_compiling():
+            raise RuntimeError("only the eager side fails")
         return torch.relu(self.lin(x))
 
 
-def make_sized(device: torch.device, rows: int = 8, broken_at: int | None = None):
+def make_sized(device: torch.device, rows: int = 8, broken_at: int | None = None, eager_fails: bool = False):
     """``SizedLinear`` on a (rows, 4) input; the factory fails when ``rows == broken_at``."""
     if rows == broken_at:
         raise ValueError(f"cannot build {rows} rows")
-    return SizedLinear().to(device), (torch.randn(rows, 4, device=device),)
+    return SizedLinear(eager_fails).to(device), (torch.randn(rows, 4, device=device),)

@@ -227,12 +227,14 @@ def make_replay_result(
     total_ms: dict[str, float] | None = None,
     calls_asked: int | None = None,
     cache: str = "warm",
+    ci: tuple[float, float] | None = None,
 ) -> Result:
     """A replay of ``calls`` calls over ``values`` (weights normalised here) under one dynamic-shape policy.
 
     Per value: steady eager and compiled medians as given. ``total_ms`` (first pass) defaults to what the
     steady times and the compile make of the traffic; the cumulative curves run from the first call's
-    compile to that total. ``calls_asked`` sets ``decision.calls``."""
+    compile to that total. ``calls_asked`` sets ``decision.calls``; ``ci`` the weighted speedup's interval
+    (None: none, as replays stored before it had)."""
     from tasks.models import DecisionConfig, ReplayConfig, ReplayResult, ShapeTiming
 
     norm = [w / sum(weights) for w in weights]
@@ -258,6 +260,7 @@ def make_replay_result(
         compile_latency_s=first_ms / 1e3,
         compile_cache=CompileCache(state=cache, primed=cache == "warm", fxgraph_hit=int(cache == "warm")),
         speedup=mean_eager / mean_compiled,
+        speedup_ci=ci,
         correct=True,
         started_at=1_700_000_000.0,
         finished_at=1_700_000_060.0,
@@ -274,6 +277,7 @@ def make_replay_result(
                 for v, w, e, c in zip(values, norm, eager_ms, compiled_ms, strict=True)
             ],
             weighted_speedup=mean_eager / mean_compiled,
+            weighted_speedup_ci=ci,
             break_even_calls=compile_s * 1e3 / (mean_eager - mean_compiled) if mean_eager > mean_compiled else None,
             cumulative_at=at,
             cumulative_ms={"eager": eager_curve, "compiled": compiled_curve},

@@ -166,7 +166,7 @@ def test_a_warm_configuration_is_charged_its_cold_twins_latency_and_says_so():
     d = decision_of([warm, cold])
     inductor, twin = d.config("inductor"), d.config("inductor+cold")
     assert inductor and twin
-    assert (inductor.compile_s, inductor.compile_label) == (8.0, "cold: miss (from inductor+cold)")
+    assert (inductor.compile_s, inductor.compile_label) == (8.0, "cold: miss, from inductor+cold")
     assert inductor.break_even_calls == pytest.approx(8000 / (2.0 - 1.0))
     assert not twin.candidate and twin.excluded == "the cold compile of inductor (charged to it)"
     assert d.recommend == "inductor"  # the configuration, not how its compile was timed
@@ -246,6 +246,16 @@ def test_replays_at_other_calls_are_modelled_from_their_steady_state_and_all_com
     assert entry.eager_calls_ms == pytest.approx(50_000 * mean_eager)
     assert entry.compile_label == "warm: hit, 8 compiles in the replay"
     assert d.recommend == "inductor+static"
+
+
+def test_a_replay_whose_interval_reaches_below_one_is_not_shipped_though_its_totals_pay():
+    noisy = make_replay_result(dynamic=True, compile_s=0.1, ci=(0.9, 2.5), calls_asked=1000)
+    d = decision_of([noisy])
+    entry = d.configs[0]
+    assert entry.lower == 0.9 and entry.pays_within_calls
+    assert (d.recommend, d.reason) == ("eager", NOT_FASTER)
+    sure = make_replay_result(dynamic=True, compile_s=0.1, ci=(1.8, 2.2), calls_asked=1000)
+    assert decision_of([sure]).recommend == "inductor+dynamic"
 
 
 def test_replays_without_calls_are_weighed_over_the_calls_they_served():

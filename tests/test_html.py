@@ -17,7 +17,14 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.report import write_report
 from orchestrator.report.html import render_html
-from tests.report_data import calibrated_report, make_report, make_result, mixed_report, replicated_report
+from tests.report_data import (
+    calibrated_report,
+    make_report,
+    make_result,
+    mixed_report,
+    replay_report,
+    replicated_report,
+)
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 CHROMIUM = next((path for path in map(shutil.which, BROWSERS) if path), None)
@@ -25,7 +32,8 @@ needs_chromium = pytest.mark.skipif(
     CHROMIUM is None and not os.environ.get("CI"),
     reason="no Chromium on PATH (Debian: apt-get install -y chromium); .ci/run installs it, so CI always runs this",
 )
-CHARTS = ["chart-speedup-0", "chart-speedup-1", "chart-compile", "chart-times", "chart-samples"]
+CHARTS = ["chart-pareto", "chart-speedup-0", "chart-speedup-1", "chart-compile", "chart-times", "chart-samples"]
+REPLAY_CHARTS = ["chart-pareto", "chart-replay-sizes-0", "chart-replay-cumulative-0"]
 
 
 @pytest.fixture(scope="module")
@@ -79,11 +87,7 @@ def test_report_and_run_write_the_page_through_the_cli(tmp_path):
 def test_the_charts_render_in_headless_chromium(page, tmp_path):
     assert CHROMIUM, "Chromium is needed in CI: .ci/run installs Debian's chromium"
     dom = _chromium(page, tmp_path, "--dump-dom").stdout
-    positions = [dom.find(f'id="{chart}"') for chart in CHARTS]
-    assert all(p >= 0 for p in positions), dict(zip(CHARTS, positions, strict=True))
-    bounds = [*sorted(positions), len(dom)]
-    for start, end in itertools.pairwise(bounds):
-        assert 'class="main-svg"' in dom[start:end], dom[start : start + 200]  # plotly drew an SVG in it
+    _assert_drawn(dom, CHARTS)
     samples = dom[dom.find('id="chart-samples"') :]
     assert "violins" in samples[:200_000]  # the selector drew the first result's distributions
 
@@ -95,6 +99,15 @@ def test_the_charts_render_in_headless_chromium(page, tmp_path):
     ink = (rgb != 255).any(axis=2).mean()
     assert ink > 0.05, "the screenshot is (nearly) blank"
     assert len(np.unique(rgb.reshape(-1, 3), axis=0)) > 50  # bars, lines, text in several colours, not one fill
+
+
+def _assert_drawn(dom: str, charts: list[str]) -> None:
+    """Every chart's div is in the DOM after scripts ran, and plotly drew an SVG in each."""
+    positions = [dom.find(f'id="{chart}"') for chart in charts]
+    assert all(p >= 0 for p in positions), dict(zip(charts, positions, strict=True))
+    bounds = [*sorted(positions), len(dom)]
+    for start, end in itertools.pairwise(bounds):
+        assert 'class="main-svg"' in dom[start:end], dom[start : start + 200]  # plotly drew an SVG in it
 
 
 def _chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -153,3 +166,50 @@ def test_the_page_shows_replicates_their_interval_and_calibration_only_when_pres
     plain = page.read_text()
     for absent in ("<th>CI over</th>", "<h3>calibration</h3>", "<th>replicate</th>", "slow device"):
         assert absent not in plain, absent
+
+
+def test_what_to_ship_comes_first_with_its_pareto_chart(page):
+    text = page.read_text()
+    ship, summary = text.find("<h2>What to ship</h2>"), text.find("<h2>Summary</h2>")
+    assert 0 < ship < text.find('id="chart-pareto"') < summary
+    assert text.count("<h3>what to ship</h3>") == 1  # not again among the summary tables
+    assert "<td>inductor:max-autotune</td>" in text and "<td>no configuration is faster beyond noise</td>" in text
+    pareto = text[text.find('id="chart-pareto"') :]
+    assert '"symbol":"star"' in pareto[:100_000] and '"symbol":"x"' in pareto[:100_000]  # the set, the excluded
+
+
+def test_a_report_without_decisions_or_replays_has_neither_section():
+    report = mixed_report()
+    for group in report.summary.groups:
+        group.decision = None
+    text = render_html(report)
+    assert "What to ship" not in text and "chart-pareto" not in text and "Shape-traffic replay" not in text
+
+
+@pytest.fixture(scope="module")
+def replay_page(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("html") / "replay.html"
+    path.write_text(render_html(replay_report()))
+    return path
+
+
+def test_replays_have_per_size_bars_and_the_cumulative_time_curves(replay_page):
+    text = replay_page.read_text()
+    assert "<h2>Shape-traffic replay</h2>" in text and "<h3>shape-traffic replay</h3>" in text
+    sizes = text[text.find('id="chart-replay-sizes-0"') :][:100_000]
+    assert '"x":["seq=16","seq=32","seq=64"]' in sizes and '"name":"eager"' in sizes
+    for policy in ("inductor+static", "inductor+dynamic", "inductor+mark_dynamic=0:1"):
+        assert f'"name":"{policy}"' in sizes, policy
+    curves = text[text.find('id="chart-replay-cumulative-0"') :][:100_000]
+    assert "time for the first n of 1,000 calls, compiles included" in curves
+    assert '"name":"inductor+mark_dynamic=0:1"' in curves
+    assert "inductor+mark_dynamic=0:1 serves them fastest" in text  # the verdict, as a note
+
+
+@needs_chromium
+def test_the_replay_and_pareto_charts_render_in_headless_chromium(replay_page, tmp_path):
+    dom = _chromium(replay_page, tmp_path, "--dump-dom").stdout
+    _assert_drawn(dom, REPLAY_CHARTS)
+    pareto = dom[dom.find('id="chart-pareto"') : dom.find('id="chart-replay-sizes-0"')]
+    assert pareto.count('class="point"') >= 4  # a point per policy
+    assert "inductor+mark_dynamic=0:1" in pareto  # the Pareto set is named beside its stars

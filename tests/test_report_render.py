@@ -19,10 +19,18 @@ from orchestrator.report.render import (
     headline,
     interval,
     results_rows,
+    ship_rows,
     views,
 )
 from tasks.models import WorkInfo
-from tests.report_data import calibrated_report, make_report, make_result, mixed_report, replicated_report
+from tests.report_data import (
+    calibrated_report,
+    make_report,
+    make_result,
+    mixed_report,
+    replay_report,
+    replicated_report,
+)
 
 runner = CliRunner()
 
@@ -284,3 +292,61 @@ def test_every_replicated_configuration_shows_its_between_run_interval_ranked_fi
     assert all(r[over] != "-" and r[over] != r[within] for r in rows.rows)  # over the runs, beside the within-run
     assert rows.notes
     assert replicates_rows(make_report([make_result("seed.foo", 2.0)]).summary).rows == []  # no replicates: no table
+
+
+def test_what_to_ship_follows_the_groups_table_one_row_a_group():
+    report = mixed_report()
+    titles = [view.title for view in views(report)]
+    assert titles[:2] == ["best configuration per group", "what to ship"]
+    rows = ship_rows(report.summary)
+    assert rows.headers == [
+        "device", "target", "ship", "lower bound", "break-even calls", "compile s", "reason",
+        "every configuration", "Pareto set",
+    ]  # fmt: skip
+    assert len(rows.rows) == len(report.summary.groups)
+    by_target = {(row[0], row[1]): row for row in rows.rows}
+    foo3 = by_target["A100", "seed.foo3 shape=[256, 256]"]
+    assert foo3[2:4] == ["inductor:max-autotune", "2.08x"]
+    assert foo3[4] == "27,383 (warm)" and foo3[5] == "30.00"
+    assert foo3[6] == "highest lower 95% bound of speedup, above 1.0"
+    assert foo3[7].startswith("inductor >=1.98x, 20,125 calls; inductor:max-autotune >=2.08x, 27,383 calls; ")
+    assert foo3[7].endswith("inductor+cold: the cold compile of inductor (charged to it)")
+    assert foo3[8] == "inductor, inductor:max-autotune"
+    bar = by_target["A100", "seed.bar"]
+    assert bar[2:8] == [
+        "eager", "-", "-", "-", "no configuration is faster beyond noise",
+        "inductor >=0.50x, never pays; inductor:max-autotune: compile_error; inductor+cold: compile_error",
+    ]  # fmt: skip
+    assert by_target["H100", "seed.foo"][6] == "every configuration failed (oom)"
+    both = "seed.foo3 shape=[256, 256], seed.foo3 shape=[4096, 4096]"  # on each device model: said once
+    charged = "inductor is charged the compile latency of inductor+cold, the same configuration compiled cold"
+    assert f"{both}: {charged}" in rows.notes
+    assert sum("peak memory not measured" in note for note in rows.notes) == 1
+    alike = ship_rows(replicated_report().summary).notes  # both groups have the note: said once, for every group
+    assert "every group: peak memory not measured for any configuration: the Pareto set is compared on the other " \
+        "figures" in alike  # fmt: skip
+    assert "**what to ship**" in markdown(report) and "what to ship" in text_of(report)
+
+
+def test_what_to_ship_weighed_over_calls_shows_the_time_for_them_and_the_replay_table_follows():
+    report = replay_report()
+    rows = ship_rows(report.summary)
+    assert "weighed over" in rows.headers and "time for the calls" in rows.headers
+    (row,) = rows.rows
+    cell = dict(zip(rows.headers, row, strict=True))
+    assert cell["ship"] == "inductor+mark_dynamic=0:1" and cell["lower bound"] == "-"
+    assert cell["weighed over"] == "1,000 calls" and cell["time for the calls"] == "2.27 s vs eager 3.80 s"
+    assert cell["break-even calls"] == "440 (warm: hit, 1 compile in the replay)"
+    assert cell["reason"] == "least time for 1,000 calls, compile included"
+    titles = [view.title for view in views(report)]
+    assert titles[:3] == ["best configuration per group", "what to ship", "shape-traffic replay"]
+    replayed = next(view for view in views(report) if view.title == "shape-traffic replay")
+    assert any("inductor+mark_dynamic=0:1 serves them fastest" in note for note in replayed.notes)
+    assert "shape-traffic replay" not in [view.title for view in views(mixed_report())]
+
+
+def test_a_summary_stored_before_decisions_has_no_what_to_ship_table():
+    report = mixed_report()
+    for group in report.summary.groups:
+        group.decision = None
+    assert "what to ship" not in [view.title for view in views(report)]

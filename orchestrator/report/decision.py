@@ -24,7 +24,7 @@ Method (``decide``):
 5. **Compile latency** (``compile_label``): a configuration's own, the median over its results, labelled
    as the caches served it (``warm: hit``; ``summary.compile_latencies`` picks the results). Where the
    group also measured the same configuration cold (``compile.cache: cold``), the cold latency is charged
-   to the warm one as well, and the label says so (``cold: miss (from inductor+cold)``): a warm hit is what
+   to the warm one as well, and the label says so (``cold: miss, from inductor+cold``): a warm hit is what
    a process pays with the compiled artifacts already on its disk, while a fresh machine, a new torch or a
    changed model pays the cold compile, and whether compiling pays has to hold for that process too. The
    cold run is then no candidate of its own: it is the same configuration, whose steady state the warm run
@@ -253,7 +253,7 @@ def charge_cold(warm: ConfigDecision, twin: ConfigDecision) -> str | None:
     if twin.compile_s is None:
         return None
     warm.compile_s = twin.compile_s
-    warm.compile_label = f"{twin.compile_label} (from {twin.config})"
+    warm.compile_label = f"{twin.compile_label}, from {twin.config}"
     return f"{warm.config} is charged the compile latency of {twin.config}, the same configuration compiled cold"
 
 

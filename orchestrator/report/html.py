@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,10 @@ from orchestrator.report.render import (
     has_replicates,
     headline,
     results_rows,
+    ship_rows,
     views,
 )
+from orchestrator.report.replay import traffic_groups
 from orchestrator.report.summary import device_model, valid_timing
 from tasks.models import Result
 
@@ -82,14 +85,33 @@ def render_html(report: Report) -> str:
     from plotly.offline import get_plotlyjs
 
     body = [_header(report)]
+    ship = ship_rows(report.summary)
+    if ship.rows:
+        body.append("<h2>What to ship</h2>")
+        body.append(_table(ship))
+        body.append(
+            '<p class="meta">Each configuration of each group: the lower 95% bound of its speedup against the '
+            "compile latency its break-even is charged; stars mark the Pareto set, crosses the configurations that "
+            "may not be shipped (failed, wrong, unchecked, recompiled, or a cold twin).</p>"
+        )
+        body.append(_figure_html(pareto_figure(report), "chart-pareto"))
     body.append("<h2>Summary</h2>")
-    body += [_table(view) for view in views(report) if view.title != "failures"]
+    body += [_table(view) for view in views(report) if view.title not in ("failures", ship.title)]
     body.append("<h2>Speedup per target and configuration</h2>")
     body.append(
         '<p class="meta">Ratio of medians (eager / compiled), with its 95% bootstrap interval; the line is 1.0x '
         "(no change). Results that failed or recompiled while timed are left out.</p>"
     )
     body += [_figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(report))]
+    replays = replay_figures(report)
+    if replays:
+        body.append("<h2>Shape-traffic replay</h2>")
+        body.append(
+            '<p class="meta">Per size, the warm median time of a call, eager and under each policy; then the time '
+            "the whole sequence took so far, call after call, compiles included: where a policy's curve crosses "
+            "below eager's, compiling has paid for itself.</p>"
+        )
+        body += [_figure_html(fig, div) for div, fig in replays]
     body.append("<h2>Compile latency per configuration</h2>")
     body.append(_figure_html(compile_figure(report), "chart-compile"))
     body.append("<h2>Eager vs compiled time per device model</h2>")
@@ -175,6 +197,140 @@ def speedup_figures(report: Report) -> list[go.Figure]:
         )
         figures.append(fig)
     return figures or [_empty_figure("no valid timings to chart")]
+
+
+def pareto_figure(report: Report) -> go.Figure:
+    """Speedup lower bound against compile latency (both log), one point per configuration per group, a
+    colour per group: stars (joined by a line, named) for the Pareto set, circles for the other candidates,
+    crosses for the configurations that may not be shipped. A configuration without an interval (a
+    replay) is placed at its point speedup; without a compile latency it has no point."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    values: list[float] = []
+    xs_all: list[float] = []
+    decided = [g for g in report.summary.groups if g.decision is not None]
+    for i, group in enumerate(decided):
+        assert group.decision is not None  # decided: for mypy
+        name = f"{group.label} ({group.device_model})" if len(report.summary.devices) > 1 else group.label
+        points = [c for c in group.decision.configs if c.compile_s and (c.lower or c.speedup)]
+        kinds = (
+            ("Pareto set", [c for c in points if c.pareto], "star", "lines+markers+text"),
+            ("other candidates", [c for c in points if c.candidate and not c.pareto], "circle", "markers"),
+            ("not shipped", [c for c in points if not c.candidate], "x", "markers"),
+        )
+        shown = False
+        for kind, configs, symbol, mode in kinds:
+            if not configs:
+                continue
+            configs = sorted(configs, key=lambda c: c.compile_s or 0.0)
+            ys = [c.lower or c.speedup or 0.0 for c in configs]
+            xs = [c.compile_s or 0.0 for c in configs]
+            values += ys
+            xs_all += xs
+            fig.add_trace(
+                go.Scatter(
+                    name=name,
+                    legendgroup=name,
+                    showlegend=not shown,
+                    x=xs,
+                    y=ys,
+                    mode=mode,
+                    line={"color": COLORS[i % len(COLORS)], "dash": "dot", "width": 1},
+                    marker={
+                        "symbol": symbol,
+                        "size": 15 if symbol == "star" else 10,
+                        "color": COLORS[i % len(COLORS)],
+                        "opacity": 0.5 if symbol == "x" else 1.0,
+                        "line": {"width": 1, "color": "#fff"},
+                    },
+                    text=[c.config for c in configs],  # shown beside the Pareto set's stars
+                    textposition="top center",
+                    customdata=[
+                        _pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs
+                    ],
+                    hovertemplate="%{customdata}<br>%{y:.2f}x at %{x:.3g} s<extra></extra>",
+                )
+            )
+            shown = True
+    if not fig.data:
+        return _empty_figure("no configuration has a speedup and a compile latency to chart")
+    fig.add_hline(y=1.0, line={"color": "#c0392b", "dash": "dash", "width": 1.5})
+    fig.update_layout(
+        xaxis={"title": {"text": "compile latency charged, s (log scale)"}, "type": "log", **_log_ticks(xs_all)},
+        yaxis={
+            "title": {"text": "speedup: lower 95% bound, or the point without one (log)"},
+            "type": "log",
+            **_log_ticks([*values, 1.0], "x"),
+        },
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 30, "b": 40},
+        height=460,
+    )
+    return fig
+
+
+def _pareto_hover(group: str, config: str, kind: str, excluded: str | None, label: str | None) -> str:
+    why = f" ({excluded})" if excluded else ""
+    return f"{_e(group)} [{_e(config)}]: {kind}{_e(why)}<br>compile: {_e(label or '-')}"
+
+
+def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
+    """Per replayed traffic (``replay.traffic_groups``), two charts with their div ids: the warm median of a
+    call per size, eager beside each policy; and the cumulative time over the call sequence, eager's and
+    each policy's, compiles included (``ReplayResult.cumulative_ms``)."""
+    import plotly.graph_objects as go
+
+    out = []
+    for i, group in enumerate(traffic_groups(report.results)):
+        first, traffic = group[0]
+        label = group_label(first.target, first.params, first.phase, first.precision)
+        sizes = [f"{traffic.param}={s.value}" for s in traffic.per_shape]
+        bars = go.Figure()
+        eager = [statistics.median(rp.per_shape[k].eager_ms for _, rp in group) for k in range(len(sizes))]
+        bars.add_trace(go.Bar(name="eager", x=sizes, y=eager, marker_color="#8c8c8c"))
+        curves = go.Figure()
+        curves.add_trace(
+            go.Scatter(
+                name="eager",
+                x=traffic.cumulative_at,
+                y=[ms / 1e3 for ms in traffic.cumulative_ms.get("eager", [])],
+                mode="lines",
+                line={"color": "#555", "dash": "dash", "width": 2},
+            )
+        )
+        for j, (r, rp) in enumerate(group):
+            color = COLORS[j % len(COLORS)]
+            bars.add_trace(
+                go.Bar(name=r.config_label, x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
+            )
+            curves.add_trace(
+                go.Scatter(
+                    name=r.config_label,
+                    x=rp.cumulative_at,
+                    y=[ms / 1e3 for ms in rp.cumulative_ms.get("compiled", [])],
+                    mode="lines",
+                    line={"color": color, "width": 2},
+                )
+            )
+        bars.update_layout(
+            title={"text": f"{label}: ms per call by size, warm"},
+            barmode="group",
+            yaxis={"title": {"text": "median ms per call"}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=420,
+        )
+        curves.update_layout(
+            title={"text": f"{label}: time for the first n of {traffic.calls:,} calls, compiles included"},
+            xaxis={"title": {"text": "calls served"}},
+            yaxis={"title": {"text": "cumulative time, s"}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=420,
+        )
+        out += [(f"chart-replay-sizes-{i}", bars), (f"chart-replay-cumulative-{i}", curves)]
+    return out
 
 
 def compile_figure(report: Report) -> go.Figure:

@@ -63,7 +63,7 @@ class ConfigDecision(BaseModel):
     eager_ms: float | None = None
     compiled_ms: float | None = None
     compile_s: float | None = None
-    compile_label: str | None = None  # "warm: hit", "cold: miss (from inductor+cold)": see decision
+    compile_label: str | None = None  # "warm: hit", "cold: miss, from inductor+cold": see decision
     peak_memory_bytes: int | None = None
     break_even_calls: float | None = None  # compile / (eager - compiled per call); None where not faster
     calls_ms: float | None = None  # with calls: compile + calls x per call (a replay at its own calls: its total)

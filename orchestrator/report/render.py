@@ -18,7 +18,16 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.calibration import SLOW_THRESHOLD
-from orchestrator.report.models import DeviceSummary, GeoMean, Ranked, Report, Summary, group_label
+from orchestrator.report.models import (
+    ConfigDecision,
+    Decision,
+    DeviceSummary,
+    GeoMean,
+    Ranked,
+    Report,
+    Summary,
+    group_label,
+)
 from orchestrator.report.summary import device_model
 from tasks.models import Calibration, Result, SideTiming
 from tasks.throughput import achieved
@@ -184,6 +193,72 @@ def groups_rows(summary: Summary) -> Rows:
     return Rows("best configuration per group", headers, rows, right, notes)
 
 
+def ship_rows(summary: Summary) -> Rows:
+    """What to ship per group (``Group.decision``): the configuration or eager, the reason, its lower bound
+    and break-even, every configuration's break-even in short, and the Pareto set. Groups of a summary
+    written before decisions have none and no row."""
+    decided = [g for g in summary.groups if g.decision is not None]
+    multi = len({g.device_model for g in decided}) > 1
+    weighed = any(g.decision and g.decision.calls for g in decided)
+    headers = [*(["device"] if multi else []), "target", "ship", "lower bound", "break-even calls", "compile s"]
+    headers += [*(["weighed over", "time for the calls"] if weighed else []), "reason"]
+    headers += ["every configuration", "Pareto set"]
+    rows = []
+    shared: dict[str, list[str]] = {}  # a decision's note -> the groups that have it
+    for g in decided:
+        d = g.decision
+        assert d is not None  # decided: for mypy
+        chosen = d.config(d.recommend)
+        row = [*([g.device_model] if multi else []), g.label, d.recommend, times(d.lower)]
+        row += [break_even_text(chosen), seconds(chosen.compile_s if chosen else None)]
+        if weighed:
+            row += [f"{d.calls:,} calls" if d.calls else "lower bound", calls_time(d, chosen)]
+        row += [d.reason, "; ".join(config_brief(c) for c in d.configs), ", ".join(d.pareto) or "-"]
+        rows.append(row)
+        for note in d.notes:
+            shared.setdefault(note, []).append(g.label)
+    notes = [SHIP_NOTE] if rows else []
+    for note, labels in shared.items():
+        where = "every group" if len(labels) == len(decided) > 1 else ", ".join(dict.fromkeys(labels))
+        notes.append(f"{where}: {note}")
+    right = {"lower bound", "break-even calls", "compile s", "time for the calls"}
+    return Rows("what to ship", headers, rows, right, notes)
+
+
+SHIP_NOTE = (
+    "ship: of the configurations ok, checked correct and not recompiled in every run, the one with the highest "
+    "lower 95% bound of speedup (over the runs where an experiment ran more than once), if it is above 1.0, else "
+    "eager; with decision.calls N (or a replay's own calls), the one that serves N calls in the least time, "
+    "compile included, if that is less than eager's and its speedup is beyond noise. break-even: compile latency "
+    "over the time a call saves, with the compile latency named (a warm configuration is charged its cold "
+    "twin's where the group measured one). Pareto set: not dominated on lower bound, compile latency and peak "
+    "memory."
+)
+
+
+def break_even_text(c: ConfigDecision | None) -> str:
+    """``1,234 (cold: miss)``: calls until the compile has paid for itself, and whose compile latency."""
+    if c is None or c.break_even_calls is None:
+        return "-"
+    return f"{c.break_even_calls:,.0f}" + (f" ({c.compile_label})" if c.compile_label else "")
+
+
+def calls_time(d: Decision, c: ConfigDecision | None) -> str:
+    """The recommended configuration's time for the decision's calls against eager's: ``2.27 s vs 3.80 s``."""
+    if c is None or c.calls_ms is None or c.eager_calls_ms is None:
+        return "-"
+    return f"{seconds(c.calls_ms / 1e3)} s vs eager {seconds(c.eager_calls_ms / 1e3)} s"
+
+
+def config_brief(c: ConfigDecision) -> str:
+    """One configuration in short: ``inductor >=1.87x, 910 calls`` or ``inductor+cold: compile_error``."""
+    if not c.candidate:
+        return f"{c.config}: {c.excluded or 'not a candidate'}"
+    lower = f">={c.lower:.2f}x" if c.lower is not None else times(c.speedup)
+    paid = "never pays" if c.break_even_calls is None else f"{c.break_even_calls:,.0f} calls"
+    return f"{c.config} {lower}, {paid}"
+
+
 def replicates_rows(summary: Summary) -> Rows:
     """Every configuration whose figure is over replicates, ranked or not: its median speedup over the
     runs, the between-run interval beside the within-run one, and the GPU spread."""
@@ -340,8 +415,16 @@ def recompiled_rows(summary: Summary) -> Rows:
 
 def views(report: Report) -> Iterator[Rows]:
     """The summary views, in reading order; empty ones are skipped."""
+    from orchestrator.report.replay import replay_rows  # here: it formats with this module's helpers
+
     summary = report.summary
     yield groups_rows(summary)
+    ship = ship_rows(summary)
+    if ship.rows:
+        yield ship
+    replayed = replay_rows(report.results)
+    if replayed.rows:
+        yield replayed
     replicated = replicates_rows(summary)
     if replicated.rows:
         yield replicated

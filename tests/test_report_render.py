@@ -345,6 +345,11 @@ def test_what_to_ship_weighed_over_calls_shows_the_time_for_them_and_the_replay_
     assert "shape-traffic replay" not in [view.title for view in views(mixed_report())]
 
 
+def test_a_configuration_that_pays_at_once_says_one_call():
+    (row,) = ship_rows(make_report([make_result("t", 3.0, noise=0.0, compile_s=0.002)]).summary).rows
+    assert row[-2] == "inductor >=3.00x, 1 call" and row[3] == "1 (warm)"
+
+
 def test_a_summary_stored_before_decisions_has_no_what_to_ship_table():
     report = mixed_report()
     for group in report.summary.groups:

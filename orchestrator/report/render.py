@@ -255,7 +255,8 @@ def config_brief(c: ConfigDecision) -> str:
     if not c.candidate:
         return f"{c.config}: {c.excluded or 'not a candidate'}"
     lower = f">={c.lower:.2f}x" if c.lower is not None else times(c.speedup)
-    paid = "never pays" if c.break_even_calls is None else f"{c.break_even_calls:,.0f} calls"
+    calls = "-" if c.break_even_calls is None else f"{c.break_even_calls:,.0f}"
+    paid = "never pays" if c.break_even_calls is None else f"{calls} call" + ("" if calls == "1" else "s")
     return f"{c.config} {lower}, {paid}"
 
 

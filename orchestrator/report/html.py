@@ -246,6 +246,7 @@ def pareto_figure(report: Report) -> go.Figure:
                     },
                     text=[c.config for c in configs],  # shown beside the Pareto set's stars
                     textposition="top center",
+                    cliponaxis=False,  # a name near the edge is drawn whole
                     customdata=[
                         _pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs
                     ],

@@ -17,6 +17,7 @@ from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
+from orchestrator.storage import Location
 from tasks.models import Calibration, Experiment, Result, WorkerLimits
 
 __all__ = [
@@ -71,9 +72,12 @@ def run(
     on_start: Callable[[RunPlan], None] | None = None,
     on_result: OnResult | None = None,
 ) -> Report:
-    """Run the experiments of ``spec`` on the cluster and write the report to ``out``.
+    """Run the experiments of ``spec`` on the cluster and write the report to ``out``: a local path,
+    or the URL of an object in a store (``s3://bucket/run/r.json``; ``orchestrator.storage``),
+    probed before Ray starts (``OutPathError``).
 
-    The journal next to the report (``out.journal.jsonl``) is the run's source of truth: each
+    The journal next to the report (``out.journal.jsonl``, or the objects under ``out.journal/``
+    in a store; ``orchestrator.journal``) is the run's source of truth: each
     result is appended to it as it arrives, and the report is built from the spec and what
     the journal holds, each run once (an experiment with ``replicates: k`` has k), in spec
     order. A journal that already holds results makes the run refuse (``JournalError``) before
@@ -99,7 +103,7 @@ def run(
     ``RunInterrupted`` (a ``KeyboardInterrupt``) carrying it.
     """
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
-    out = check_out(Path(out).expanduser())  # OutPathError before Ray starts, not after the sweep
+    out = check_out(out)  # OutPathError before Ray starts, not after the sweep
     with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
         plan = make_plan(spec, cluster, journal.previous)
@@ -193,7 +197,7 @@ def default_working_dir(working_dir: str | Path | None, spec: Spec, address: str
 
 
 def write(
-    spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Path, probes: Sequence[Calibration] = ()
+    spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Location, probes: Sequence[Calibration] = ()
 ) -> Report:
     """The report: a function of the spec and the journal, each run once, in spec order (an
     experiment's replicates together). ``probes``: the devices calibrated in this run (those of

@@ -45,7 +45,12 @@ def _load(spec: Path) -> Spec:
 @app.command()
 def run(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the JSON report.")],
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out", "-o", help="Where to write the JSON report: a path, or a URL such as s3://bucket/run/r.json."
+        ),
+    ],
     address: Annotated[
         str | None, typer.Option(help="Ray cluster to join: 'auto', 'host:port' or 'ray://host:port'.")
     ] = None,
@@ -53,7 +58,9 @@ def run(
         int | None, typer.Option(min=0, help="Logical GPUs of the local Ray instance (no --address).")
     ] = None,
     num_cpus: Annotated[int | None, typer.Option(min=1, help="CPUs of the local Ray instance (default: all).")] = None,
-    html: Annotated[Path | None, typer.Option("--html", help="Also write the report as one HTML page.")] = None,
+    html: Annotated[
+        str | None, typer.Option("--html", help="Also write the report as one HTML page (a path or a URL).")
+    ] = None,
     resume: Annotated[
         bool, typer.Option("--resume", help="Keep the results in OUT's journal and run only the rest.")
     ] = False,
@@ -109,7 +116,8 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Run every experiment of SPEC and write the report to OUT (its journal: OUT's name + .journal.jsonl).
+    """Run every experiment of SPEC and write the report to OUT (its journal: OUT's name + .journal.jsonl, or
+    the objects under OUT's name + .journal/ in an object store).
 
     Exit 0 when the sweep finished, 2 for a bad spec or usage, 1 when the cluster cannot be
     reached, 130 when interrupted (Ctrl-C, SIGTERM: the report holds what finished; --resume
@@ -223,7 +231,7 @@ def tasks() -> None:
     out_console.print(table)
 
 
-def _read_report(path: Path) -> Report:
+def _read_report(path: str) -> Report:
     from orchestrator.report import ReportError, read
 
     try:
@@ -232,23 +240,34 @@ def _read_report(path: Path) -> Report:
         raise _fail(str(e), 2) from None
 
 
-def _write_html(report: Report, path: Path) -> None:
+def _write_html(report: Report, path: str) -> None:
     from orchestrator.report import write_atomic
     from orchestrator.report.html import render_html
+    from orchestrator.storage import StorageError
 
     try:
         write_atomic(path, render_html(report))
+    except StorageError as e:
+        raise _fail(f"cannot write {e}", 2) from None
     except OSError as e:
         raise _fail(f"cannot write {path}: {e.strerror or e}", 2) from None
 
 
 @app.command()
 def report(
-    path: Annotated[Path, typer.Argument(help="A report (JSON), or the journal (*.journal.jsonl) of a run that died.")],
+    path: Annotated[
+        str,
+        typer.Argument(
+            help="A report (JSON), or the journal (*.journal.jsonl; *.journal/ in a store) of a run that died; "
+            "a path or a URL."
+        ),
+    ],
     format: Annotated[
         Literal["table", "markdown", "csv"], typer.Option("--format", "-f", help="table, markdown, or csv.")
     ] = "table",
-    html: Annotated[Path | None, typer.Option("--html", help="Also write one self-contained HTML page.")] = None,
+    html: Annotated[
+        str | None, typer.Option("--html", help="Also write one self-contained HTML page (a path or a URL).")
+    ] = None,
 ) -> None:
     """Show a report again: tables, Markdown or CSV (one row a result), and an HTML page. Needs no Ray."""
     from orchestrator.report import csv_text, markdown, print_report
@@ -265,8 +284,8 @@ def report(
 
 @app.command()
 def compare(
-    base: Annotated[Path, typer.Argument(help="The report to compare against (e.g. main's).")],
-    new: Annotated[Path, typer.Argument(help="The report under test.")],
+    base: Annotated[str, typer.Argument(help="The report to compare against (e.g. main's); a path or a URL.")],
+    new: Annotated[str, typer.Argument(help="The report under test; a path or a URL.")],
     threshold: Annotated[
         float, typer.Option(min=0, help="Relative change of the gated metric (--metric) that counts.")
     ] = 0.05,

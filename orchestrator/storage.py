@@ -117,19 +117,24 @@ def problem(e: BaseException, url: str) -> str:
     return f"{url}: {_one_line(e)}"
 
 
-def probe_writable(folder: str) -> None:
+def probe_writable(folder: str, shown: str | None = None) -> None:
     """Write a small object in ``folder`` (a URL) and delete it, or raise ``StorageError`` saying why not.
 
     This is the first call a run makes to its store: it fails at once on an unknown scheme, a
-    missing bucket or refused credentials, before anything else has started.
+    missing bucket or refused credentials, before anything else has started. ``shown``: the
+    location the message names (default ``folder``), e.g. the report whose folder is probed.
     """
-    fs, path = open_location(folder)
+    shown = shown or folder
+    try:
+        fs, path = open_location(folder)
+    except StorageError as e:
+        raise StorageError(str(e).replace(folder, shown, 1)) from None
     probe = join(path, f".compilebench-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         fs.pipe_file(probe, b"probe\n")
         fs.rm_file(probe)
     except Exception as e:
-        raise StorageError(problem(e, folder)) from None
+        raise StorageError(problem(e, shown)) from None
 
 
 def read_bytes(url: str) -> bytes:

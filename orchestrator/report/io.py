@@ -1,4 +1,8 @@
-"""Writing reports atomically and reading them back: any schema version, or the journal of a run that died."""
+"""Writing reports atomically and reading them back: any schema version, or the journal of a run that died.
+
+Every function takes a local path or the URL of an object in a store (``orchestrator.storage``):
+``s3://bucket/nightly/r.json`` is written in one PUT and read as a file is.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.journal import JOURNAL_SUFFIX, read_journal
+from orchestrator.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.summary import summarize
+from orchestrator.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
 from tasks.models import Result
 
 
@@ -21,8 +26,15 @@ class ReportError(ValueError):
     """A file that cannot be read as a report; the message is one line meant for the user."""
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, sync it, then rename it over ``path``."""
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` whole or not at all: locally to a temporary file beside ``path``, synced, then
+    renamed over ``path``; to a store in one PUT (an object is replaced whole). Raises ``OSError``
+    (``StorageError`` for a store)."""
+    where = location(path)
+    if isinstance(where, str):
+        write_bytes(where, text.encode("utf-8"))
+        return
+    path = where
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -39,20 +51,23 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_report(report: Report, path: Path) -> None:
+def write_report(report: Report, path: str | Path) -> None:
     write_atomic(path, report.model_dump_json(indent=2) + "\n")
 
 
 def read(path: str | Path) -> Report:
-    """A report file (any schema version) or a run's journal (``*.journal.jsonl``). Raises ``ReportError``."""
-    path = Path(path)
-    return load_journal(path) if path.name.endswith(JOURNAL_SUFFIX) else load_report(path)
+    """A report (any schema version) or a run's journal: a ``*.journal.jsonl`` file, or a ``*.journal``
+    prefix of objects in a store (or a copy of one in a local folder). Raises ``ReportError``."""
+    where = location(path)
+    name = where.name if isinstance(where, Path) else name_of(where)
+    objects = name.endswith(OBJECT_JOURNAL_SUFFIX) and (isinstance(where, str) or where.is_dir())
+    return load_journal(where) if name.endswith(JOURNAL_SUFFIX) or objects else load_report(where)
 
 
 def load_report(path: str | Path) -> Report:
     """Read a report, upgrading older schema versions to the current one. Raises ``ReportError``."""
-    path = Path(path)
-    data = _json(path)
+    where = location(path)
+    data = _json(where)
     if not isinstance(data, dict) or "results" not in data:
         raise ReportError(f"{path}: not a compilebench report (no 'results')")
     return upgrade(data, where=str(path))
@@ -97,23 +112,27 @@ def load_journal(path: str | Path) -> Report:
 
     The journal is read as a resumed run reads it (``orchestrator.journal.read_journal``: the first
     result of each experiment, lines cut short skipped with a warning). The report is marked
-    incomplete: a journal alone cannot tell whether every experiment of the spec finished.
+    incomplete: a journal alone cannot tell whether every experiment of the spec finished. A journal
+    in a store that holds no result (or does not exist: a store has no empty folders) is an error.
     """
-    path = Path(path)
-    if not path.is_file():
+    where = location(path)
+    if isinstance(where, Path) and not where.exists():
         raise ReportError(f"cannot read {path}: No such file")
     try:
-        contents = read_journal(path)
+        contents = read_journal(where)
+    except StorageError as e:
+        raise ReportError(f"cannot read {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     results = list(contents.results.values())
-    if not results and contents.warnings:
+    if not results and (contents.warnings or isinstance(where, str)):
         raise ReportError(f"{path}: no results in this journal")
-    warnings = [f"rebuilt from the journal {path.name}: the run may not have finished", *contents.warnings]
+    name = where.name if isinstance(where, Path) else name_of(where)
+    warnings = [f"rebuilt from the journal {name}: the run may not have finished", *contents.warnings]
     finished = max((r.finished_at for r in results), default=0.0)
     return Report(
         created_at=datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
-        name=path.name.removesuffix(JOURNAL_SUFFIX),
+        name=name.removesuffix(JOURNAL_SUFFIX).removesuffix(OBJECT_JOURNAL_SUFFIX),
         spec={},
         environment=_environment_from(results, warnings),
         results=results,
@@ -137,9 +156,11 @@ def _environment_from(results: list[Result], warnings: list[str]) -> Environment
     )
 
 
-def _json(path: Path) -> Any:
+def _json(path: Location) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if isinstance(path, Path) else read_bytes(path).decode("utf-8")
+    except StorageError as e:
+        raise ReportError(f"cannot read {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     try:

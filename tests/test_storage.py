@@ -1,0 +1,375 @@
+"""Reports, pages and journals in an object store: a real S3 API (moto's server on 127.0.0.1) through s3fs.
+
+The server runs in this process for the module; every client, the drivers in subprocesses
+included, finds it through ``AWS_ENDPOINT_URL`` alone, as a MinIO or Ceph user would. Drivers
+are the real CLI joining the session's Ray instance (``tests.test_resume``'s helpers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrator import api
+from orchestrator.cli import app
+from orchestrator.journal import LEASE_NAME, Journal, JournalError, Lease, journal_path, read_journal
+from orchestrator.report import read, write_report
+from orchestrator.spec import load_spec
+from orchestrator.storage import location
+from tests.report_data import make_report, make_result
+from tests.test_resume import ROOT, gated_sweep, start
+
+BUCKET = "bench"
+
+TINY = """
+name: tiny
+defaults:
+  device: cpu
+  resources: {cpus: 1}
+  compile: {backend: eager}
+  timing: {warmup: 0, repeats: 3}
+  check: {enabled: false}
+experiments:
+  - target: seed.foo
+  - target: seed.bar
+"""
+
+runner = CliRunner()
+
+
+class S3:
+    """The test server: its endpoint, an s3fs client, and a fresh prefix for each test."""
+
+    def __init__(self, endpoint: str) -> None:
+        import s3fs
+
+        self.endpoint = endpoint
+        self.fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        self.count = 0
+
+    def prefix(self) -> str:
+        self.count += 1
+        return f"s3://{BUCKET}/t{self.count}"
+
+    def names(self, url: str) -> list[str]:
+        """The object names under ``url``, sorted."""
+        self.fs.invalidate_cache()
+        try:
+            return sorted(p.rpartition("/")[2] for p in self.fs.ls(url, detail=False))
+        except FileNotFoundError:
+            return []
+
+    def refuse_credentials(self, refuse: bool) -> None:
+        """From now on, check every request's credentials against the server's users (it has none)."""
+        count = b"0" if refuse else b"inf"
+        url, plain = f"{self.endpoint}/moto-api/reset-auth", {"Content-Type": "text/plain"}
+        urllib.request.urlopen(urllib.request.Request(url, data=count, headers=plain))
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    with pytest.MonkeyPatch.context() as env:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+            env.delenv(name, raising=False)
+        env.setenv("AWS_ENDPOINT_URL", endpoint)
+        env.setenv("AWS_ACCESS_KEY_ID", "testing")
+        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        store = S3(endpoint)
+        store.fs.mkdir(BUCKET)
+        try:
+            yield store
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def address(ray_cluster) -> str:
+    """The session's Ray instance, joined by the drivers in subprocesses."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def no_ray(*args, **kwargs):
+    raise AssertionError("connected to Ray before checking the location")
+
+
+def result(experiment_id: str, replicate: int = 0, started_at: float = 1.0):
+    return make_result(experiment_id).model_copy(
+        update={"experiment_id": experiment_id, "replicate": replicate, "started_at": started_at}
+    )
+
+
+# ------------------------------------------------------------------ a real run writes to the bucket
+
+
+def test_a_run_writes_its_report_page_and_journal_as_objects(s3, address, write_spec):
+    spec, prefix = write_spec(TINY), s3.prefix()
+    out, html = f"{prefix}/r.json", f"{prefix}/r.html"
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", str(spec), "--out", out, "--html", html, "--address", address],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"Report: {out}, {html}" in proc.stdout
+    ids = [e.id for e in load_spec(spec).experiments]
+    assert s3.names(prefix) == ["r.html", "r.journal", "r.json"]  # no probe left behind
+    report = json.loads(s3.fs.cat_file(out))
+    assert [r["experiment_id"] for r in report["results"]] == ids and report["complete"] is True
+    assert s3.fs.cat_file(html).startswith(b"<!DOCTYPE html>")
+    # one object per result, numbered in arrival order (the two ran at once: either may be first); no lease left
+    names = s3.names(f"{prefix}/r.journal")
+    assert [n[:9] for n in names] == ["00000000-", "00000001-"]
+    assert sorted(n[9:] for n in names) == sorted(f"{rid}-r0.json" for rid in ids)
+    assert list(read_journal(journal_path(out)).results) == [(n[9:].removesuffix("-r0.json"), 0) for n in names]
+
+    shown = runner.invoke(app, ["report", out, "--format", "csv"])
+    assert shown.exit_code == 0, shown.output
+    assert all(rid in shown.output for rid in ids)
+    rebuilt = runner.invoke(app, ["report", journal_path(out)])
+    assert (
+        rebuilt.exit_code == 0
+        and "INCOMPLETE" in rebuilt.output
+        and "rebuilt from the journal r.journal" in (rebuilt.output)
+    )
+    same = runner.invoke(app, ["compare", out, out, "--format", "json"])
+    assert same.exit_code == 0, same.output
+    assert json.loads(same.output)["fails"] is False
+
+
+def test_a_driver_killed_mid_sweep_resumes_from_the_bucket_with_every_experiment_once(
+    s3, address, write_spec, tmp_path
+):
+    gate = tmp_path / "gate"
+    spec, prefix = write_spec(gated_sweep(gate, free=2)), s3.prefix()
+    out, journal = f"{prefix}/r.json", f"{prefix}/r.journal"
+    ids = [e.id for e in load_spec(spec).experiments]
+
+    first = start(spec, out, address)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 600
+    while len([n for n in s3.names(journal) if n != LEASE_NAME]) < 2:
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline, "no results arrived"
+        time.sleep(0.1)
+    first.kill()  # SIGKILL: no handler runs; its lease stays behind, naming a process that is gone
+    first.communicate()
+    assert LEASE_NAME in s3.names(journal) and "r.json" not in s3.names(prefix)
+    before = read_journal(journal).results
+    assert len(before) == 2
+    s3.fs.pipe_file(f"{journal}/00000002-garbage-r0.json", b'{"experiment_id": "half')  # not a result
+    gate.touch()
+
+    resumed = start(spec, out, address, "--resume")  # type: ignore[arg-type]
+    _, stderr = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, stderr
+    assert "(2 kept from the journal, 4 to run)" in stderr
+    assert "r.journal/00000002-garbage-r0.json: skipped, which is not a result (" in stderr
+    report = json.loads(s3.fs.cat_file(out))
+    assert [r["experiment_id"] for r in report["results"]] == ids  # each once, in spec order
+    assert report["complete"] is True and report["summary"]["counts"]["ok"] == len(ids)
+    for r in report["results"]:
+        if (r["experiment_id"], 0) in before:  # kept as they were, not run again
+            assert r["started_at"] == before[(r["experiment_id"], 0)].started_at
+    names = s3.names(journal)
+    assert LEASE_NAME not in names
+    results = [n for n in names if "garbage" not in n]
+    assert [n[:8] for n in results] == ["00000000", "00000001", "00000003", "00000004", "00000005", "00000006"]
+    assert sorted(n.split("-")[1] for n in results) == sorted(ids)  # nothing ran twice
+
+
+def test_the_library_runs_to_a_url_and_overwrite_empties_the_bucket_journal(s3, ray_cluster, write_spec):
+    spec, prefix = write_spec(TINY), s3.prefix()
+    out = f"{prefix}/r.json"
+    first = api.run(spec, out)
+    assert first.complete and read(out) == first
+    with pytest.raises(JournalError, match="already holds 2 result"):
+        api.run(spec, out)
+    again = api.run(spec, out, overwrite=True)
+    assert [r.experiment_id for r in again.results] == [r.experiment_id for r in first.results]
+    assert all(a.started_at > b.finished_at for a, b in zip(again.results, first.results, strict=True))
+    names = s3.names(f"{prefix}/r.journal")
+    assert [n[:8] for n in names] == ["00000000", "00000001"]  # the earlier objects are gone
+    assert {r.started_at for r in read_journal(f"{prefix}/r.journal").results.values()} == {
+        r.started_at for r in again.results
+    }
+
+
+# ------------------------------------------------------------------ the journal in a bucket
+
+
+def test_an_earlier_bucket_journal_is_refused_kept_or_emptied_only_when_asked(s3):
+    url = f"{s3.prefix()}/r.journal"
+    with Journal(url) as journal:
+        journal.append(result("a"))
+        journal.append(result("b"))
+    assert s3.names(url) == ["00000000-a-r0.json", "00000001-b-r0.json"]
+    with pytest.raises(JournalError) as refused:
+        Journal(url)
+    assert str(refused.value) == (
+        f"{url} already holds 2 result(s) of an earlier run: "
+        "pass --resume to keep them and run the rest, or --overwrite to start over"
+    )
+    assert s3.names(url) == ["00000000-a-r0.json", "00000001-b-r0.json"]  # refusing touched nothing, left no lease
+
+    with Journal(url, resume=True) as journal:
+        assert list(journal.previous.results) == [("a", 0), ("b", 0)]
+        journal.append(result("a", replicate=1))
+    assert s3.names(url) == ["00000000-a-r0.json", "00000001-b-r0.json", "00000002-a-r1.json"]
+    assert list(read_journal(url).results) == [("a", 0), ("b", 0), ("a", 1)]
+
+    s3.fs.pipe_file(f"{url}/notes.txt", b"kept")  # not a result's name: never read, never deleted
+    with Journal(url, overwrite=True) as journal:
+        assert len(journal.previous) == 0
+        assert s3.names(url) == [LEASE_NAME, "notes.txt"]
+    assert s3.names(url) == ["notes.txt"]
+    assert read_journal(url).results == {} and read_journal(f"{s3.prefix()}/none.journal").results == {}
+
+
+def test_objects_are_read_in_sequence_order_garbage_named_and_the_first_result_of_a_run_kept(s3):
+    url = f"{s3.prefix()}/r.journal"
+    objects = {
+        "100000000-c-r0.json": result("c"),  # past the padding: still after every shorter number
+        "00000002-a-r0.json": result("a", started_at=9.0),  # a repeat of run (a, 0): the first one wins
+        "00000000-a-r0.json": result("a", started_at=1.0),
+        "00000001-b-r0.json": b"{not json",
+        "99999999-d-r0.json": result("d"),
+    }
+    for name, value in objects.items():
+        data = value if isinstance(value, bytes) else value.model_dump_json().encode()
+        s3.fs.pipe_file(f"{url}/{name}", data)
+    contents = read_journal(url)
+    assert list(contents.results) == [("a", 0), ("d", 0), ("c", 0)]
+    assert contents.results[("a", 0)].started_at == 1.0
+    assert contents.warnings[0].startswith("r.journal/00000001-b-r0.json: skipped, which is not a result (")
+    assert contents.warnings[1] == "r.journal: 1 repeated result(s) of a run already in the journal; kept the first"
+    with Journal(url, resume=True) as journal:  # numbering goes on after the highest
+        journal.append(result("e"))
+    assert "100000001-e-r0.json" in s3.names(url)
+
+
+def test_one_writer_at_a_time_and_a_stale_lease_is_taken_over(s3):
+    url = f"{s3.prefix()}/r.journal"
+    with Journal(url), pytest.raises(JournalError) as refused:
+        Journal(url, resume=True)
+    assert str(refused.value).startswith(f"{url} is being written by another compilebench run (host ")
+    assert f"pid {os.getpid()}, since " in str(refused.value)
+    assert s3.names(url) == []  # closing gave the lease back
+
+    now = time.time()
+    elsewhere = Lease("another-host", 1, now - 3600, now - 5, "t1")
+    s3.fs.pipe_file(f"{url}/{LEASE_NAME}", elsewhere.encode())
+    with pytest.raises(JournalError, match="renewed 5 s ago"):  # live: renewed recently
+        Journal(url)
+    s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 1, now - 3600, now - 600, "t2").encode())
+    with Journal(url) as journal:  # not renewed for 600 s: stale, taken over
+        assert Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}")).token == journal._log.lease.token  # type: ignore[union-attr]
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = Lease(Lease.mine().host, int(gone.stdout), now, now, "t3")  # this host, a process that has exited
+    s3.fs.pipe_file(f"{url}/{LEASE_NAME}", dead.encode())
+    Journal(url).close()
+    assert s3.names(url) == []
+
+
+def test_a_run_that_lost_its_lease_stops_at_its_next_result(s3):
+    url = f"{s3.prefix()}/r.journal"
+    journal = Journal(url, lease_renew_s=0.05)
+    try:
+        journal.append(result("a"))
+        now = time.time()
+        s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 7, now, now, "theirs").encode())
+        deadline = time.monotonic() + 60
+        with pytest.raises(JournalError) as lost:
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+                journal.append(result("b"))
+        assert str(lost.value).startswith(f"{url}: this run lost the journal's lease to another run (host another-host")
+    finally:
+        journal.close()
+    assert Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}")).token == "theirs"  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ reading and bad input
+
+
+def test_report_and_compare_read_urls(s3):
+    prefix = s3.prefix()
+    base, new = make_report([make_result("a", 2.0)]), make_report([make_result("a", 1.0)])
+    write_report(base, f"{prefix}/base.json")
+    write_report(new, f"{prefix}/new.json")
+    assert read(f"{prefix}/base.json") == base
+    shown = runner.invoke(app, ["report", f"{prefix}/new.json", "--html", f"{prefix}/new.html"])
+    assert shown.exit_code == 0, shown.output
+    assert s3.fs.cat_file(f"{prefix}/new.html").startswith(b"<!DOCTYPE html>")
+    compared = runner.invoke(app, ["compare", f"{prefix}/base.json", f"{prefix}/new.json", "--format", "json"])
+    assert compared.exit_code == 1 and json.loads(compared.output)["fails"] is True  # 2x to 1x: a regression
+    missing = runner.invoke(app, ["report", f"{prefix}/missing.json"])
+    assert missing.exit_code == 2
+    assert missing.output.strip().splitlines() == [f"error: cannot read {prefix}/missing.json: No such file"]
+    nothing = runner.invoke(app, ["report", f"{prefix}/missing.journal"])
+    assert (
+        nothing.exit_code == 2
+        and nothing.output.strip() == f"error: {prefix}/missing.journal: no results in this journal"
+    )
+
+
+def test_file_urls_are_local_paths(tmp_path):
+    url = f"file://{tmp_path}/r.json"
+    assert location(url) == tmp_path / "r.json"
+    assert journal_path(location(url)) == tmp_path / "r.journal.jsonl"  # the local layout, locked and appended
+    write_report(make_report([make_result("a")]), url)
+    assert read(url) == read(tmp_path / "r.json")
+
+
+BAD_OUT = {
+    "unknown scheme": (
+        "nope://bucket/r.json",
+        "error: --out nope://bucket/r.json: unknown URL scheme 'nope://'; give a local path or an fsspec URL "
+        "such as s3://bucket/key, gs://bucket/key or file:///path",
+    ),
+    "missing bucket": ("s3://no-such-bucket/r.json", "error: --out s3://no-such-bucket/r.json: bucket "),
+    "a bucket, not an object": (f"s3://{BUCKET}/", f"error: --out s3://{BUCKET}/: names a folder; give the URL "),
+    "refused credentials": (f"s3://{BUCKET}/x/r.json", f"error: --out s3://{BUCKET}/x/r.json: access denied ("),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_OUT))
+def test_a_location_that_cannot_take_the_report_exits_2_in_one_line_before_ray_starts(
+    s3, write_spec, monkeypatch, case
+):
+    monkeypatch.setattr(api, "connect", no_ray)
+    out, expected = BAD_OUT[case]
+    spec = write_spec(TINY)
+    s3.refuse_credentials(case == "refused credentials")
+    try:
+        refused = runner.invoke(app, ["run", str(spec), "--out", out])
+        page = runner.invoke(app, ["run", str(spec), "--out", f"s3://{BUCKET}/y/r.json", "--html", out])
+    finally:
+        s3.refuse_credentials(False)
+    assert refused.exit_code == 2 and page.exit_code == 2
+    lines = refused.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), lines
+    if case == "missing bucket":
+        assert lines == ["error: --out s3://no-such-bucket/r.json: bucket 'no-such-bucket' does not exist"]
+    if case != "refused credentials":  # there the store refuses --out first
+        assert page.output.strip().splitlines() == [lines[0].replace("--out", "--html", 1)]
+    assert s3.names(f"s3://{BUCKET}/x") == [] and s3.names(f"s3://{BUCKET}/y") == []  # no probe, no journal left

@@ -266,6 +266,17 @@ def test_objects_are_read_in_sequence_order_garbage_named_and_the_first_result_o
     assert "100000001-e-r0.json" in s3.names(url)
 
 
+def test_a_journal_copied_from_the_bucket_to_a_folder_reads_the_same(s3, tmp_path):
+    url = f"{s3.prefix()}/r.journal"
+    with Journal(url) as journal:
+        journal.append(result("a"))
+        journal.append(result("b"))
+    s3.fs.get(url, str(tmp_path / "r.journal"), recursive=True)  # as `aws s3 sync` would
+    assert read_journal(tmp_path / "r.journal").results == read_journal(url).results
+    report = read(tmp_path / "r.journal")
+    assert [r.experiment_id for r in report.results] == ["a", "b"] and report.complete is False
+
+
 def test_one_writer_at_a_time_and_a_stale_lease_is_taken_over(s3):
     url = f"{s3.prefix()}/r.journal"
     with Journal(url), pytest.raises(JournalError) as refused:
@@ -280,8 +291,9 @@ def test_one_writer_at_a_time_and_a_stale_lease_is_taken_over(s3):
     with pytest.raises(JournalError, match="renewed 5 s ago"):  # live: renewed recently
         Journal(url)
     s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 1, now - 3600, now - 600, "t2").encode())
-    with Journal(url) as journal:  # not renewed for 600 s: stale, taken over
-        assert Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}")).token == journal._log.lease.token  # type: ignore[union-attr]
+    with Journal(url):  # not renewed for 600 s: stale, taken over
+        taken = Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}"))
+        assert taken is not None and taken.pid == os.getpid() and taken.token != "t2"
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = Lease(Lease.mine().host, int(gone.stdout), now, now, "t3")  # this host, a process that has exited

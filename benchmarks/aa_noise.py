@@ -1,0 +1,292 @@
+"""The regression gate against real run-to-run noise: A/A false alarms, injected slowdowns caught, and
+the smallest change each target lets the gate see.
+
+    python benchmarks/aa_noise.py            # 7 runs of 3 targets x 3 replicates (~15 min on 2 busy cores)
+    python benchmarks/aa_noise.py --quick    # 3 runs of one small target x 3 replicates (a smoke test)
+
+Runs one spec (CPU, inductor, ``replicates: 3``: each replicate in another worker process) through
+``compilebench run``, each run a fresh local Ray instance. Some runs set ``AA_EXTRA`` (0.05, 0.10):
+``benchmarks.aa_targets:chain``'s compiled side then does 5% or 10% more work while its eager side
+does not (its experiment id is unchanged); the other targets ignore it, so for them every pair of
+runs is an A/A pair. Runs alternate (A, 5%, 10%, A, ...) so that drift over the session hits each
+kind alike. Every pair of runs is then compared with ``orchestrator.report.compare.compare``, what
+``compilebench compare`` runs, at its defaults (the speedup, 5%, Welch's t on the runs' log speedups,
+alpha 0.05). Printed:
+
+- the extra work injected, measured in this process (one thread, as a worker runs): compiled ``chain``
+  with and without the extra, interleaved, CPU time of blocks of calls, median of the ratios;
+- false alarms over all A/A comparisons (any speed change flagged, slower or faster), beside what one
+  run a side would have said (replicate 0 of each run): by the threshold alone, as the gate judges it
+  now, and by a Mann-Whitney U test on the per-call speedups, as it judged it before (pairs of runs
+  share runs, so comparisons are not independent);
+- detection: the share of A -> slowed comparisons of ``chain`` flagged slower, per injected extra;
+- each target's minimum detectable effect: from the pooled between-replicate SD s of its log speedups,
+  the smallest ratio Welch's test flags at alpha 0.05 with 3 runs a side and equal spreads,
+  exp(t_{0.975, 4} * s * sqrt(2/3)); the gate flags a change only beyond the threshold as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.aa_targets import EXTRA_ENV  # noqa: E402
+from orchestrator.report import Report, read  # noqa: E402
+from orchestrator.report.compare import ALPHA, MIN_RUNS, SPEED_THRESHOLD, compare, runs_by_experiment  # noqa: E402
+
+CHAIN = "benchmarks.aa_targets:chain"
+REPLICATES = 3
+EXTRAS = (0.05, 0.10)  # the compiled side's injected extra work
+FULL_ORDER = (0.0, 0.05, 0.10, 0.0, 0.05, 0.10, 0.0)  # 3 A runs, 2 of each slowdown, alternating
+QUICK_ORDER = (0.0, 0.0, 0.10)
+MEASURE_ROUNDS, QUICK_MEASURE_ROUNDS = 60, 10  # blocks of calls per variant for the in-process measurement
+MEASURE_CALLS = 20  # calls per block: ~13 ms of CPU time per block
+
+FULL_SPEC = f"""\
+name: aa-noise
+defaults:
+  device: cpu
+  replicates: {REPLICATES}
+  timing: {{warmup: 3, repeats: 30}}
+experiments:
+  - target: seed.foo3
+    params: {{shape: [1024, 1024]}}
+  - target: blocks.mlp
+  - target: {CHAIN}
+"""
+QUICK_SPEC = f"""\
+name: aa-noise-quick
+defaults:
+  device: cpu
+  replicates: {REPLICATES}
+  timing: {{warmup: 2, repeats: 10}}
+experiments:
+  - target: {CHAIN}
+    params: {{n: 4096}}
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    extra: float  # AA_EXTRA of the run (0: none)
+    report: Report
+
+
+def run_spec(spec: Path, out: Path, extra: float) -> Run:
+    """One ``compilebench run`` of the spec with ``AA_EXTRA`` set to ``extra`` (unset for 0)."""
+    env = {k: v for k, v in os.environ.items() if k != EXTRA_ENV}
+    if extra:
+        env[EXTRA_ENV] = str(extra)
+    cmd = [sys.executable, "-m", "orchestrator", "run", str(spec), "--out", str(out), "--overwrite"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"run {out.name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return Run(extra, read(out))
+
+
+def measure_extra(extras: Sequence[float], rounds: int, n: int) -> dict[float, float]:
+    """The compiled side's extra work as run, per injected fraction: compiled ``chain`` built with each
+    fraction, one thread; per round, a block of calls of each variant timed in CPU time (thread_time,
+    which a busy machine's other processes disturb less than wall time), each over the block of the
+    variant without extra; the median of the ratios over rounds, minus 1."""
+    import torch
+
+    from benchmarks import aa_targets
+
+    torch.set_num_threads(1)
+    variants = {}
+    for extra in (0.0, *extras):
+        os.environ[EXTRA_ENV] = str(extra)
+        fn, (x,) = aa_targets.chain("cpu", n=n)
+        compiled = torch.compile(fn)
+        compiled(x)
+        variants[extra] = (compiled, x)
+    os.environ.pop(EXTRA_ENV, None)
+
+    def block(extra: float) -> float:
+        fn, x = variants[extra]
+        start = time.thread_time()
+        for _ in range(MEASURE_CALLS):
+            fn(x)
+        return time.thread_time() - start
+
+    ratios: dict[float, list[float]] = {e: [] for e in extras}
+    for _ in range(rounds):
+        base = block(0.0)
+        for extra in extras:
+            ratios[extra].append(block(extra) / base)
+    return {extra: statistics.median(r) - 1 for extra, r in ratios.items()}
+
+
+def log_speedups(report: Report) -> dict[str, list[float]]:
+    """Each experiment's ok runs' log speedups, by experiment id."""
+    return {
+        exp_id: [math.log(r.speedup) for r in results if r.status == "ok" and r.speedup]
+        for exp_id, results in runs_by_experiment(report).items()
+    }
+
+
+def first_runs(report: Report) -> Report:
+    """The report as if every experiment had run once: replicate 0 of each."""
+    return report.model_copy(update={"results": [r for r in report.results if r.replicate == 0]})
+
+
+def flagged(base: Report, new: Report, exp_id: str) -> str | None:
+    """The speed change the gate lists for the experiment ("slower", "faster"), or None."""
+    kinds = [c.kind for c in compare(base, new).changes if c.experiment_id == exp_id]
+    return next((k for k in kinds if k in ("slower", "faster")), None)
+
+
+def old_gate_flags(base: Report, new: Report, exp_id: str) -> bool:
+    """The gate before replicates, on replicate 0 of each side: the speedup beyond the threshold and a
+    two-sided Mann-Whitney U test on the per-round speedups (eager sample / compiled sample) p < alpha."""
+    from scipy.stats import mannwhitneyu
+
+    b, n = (next(r for r in rep.results if r.experiment_id == exp_id and r.replicate == 0) for rep in (base, new))
+    if not (b.speedup and n.speedup and b.eager and b.compiled and n.eager and n.compiled):
+        return False
+    if abs(n.speedup / b.speedup - 1) <= SPEED_THRESHOLD:
+        return False
+    rounds = [[e / c for e, c in zip(r.eager.samples_ms, r.compiled.samples_ms, strict=False)] for r in (b, n)]
+    return float(mannwhitneyu(rounds[0], rounds[1], alternative="two-sided").pvalue) < ALPHA
+
+
+def minimum_detectable(sd: float, runs: int = REPLICATES, alpha: float = ALPHA) -> float:
+    """The smallest ratio Welch's t-test on log values flags with ``runs`` a side of equal spread ``sd``:
+    exp(t_{1-alpha/2, 2(runs-1)} * sd * sqrt(2/runs)); minus 1."""
+    from scipy.stats import t as student_t
+
+    return math.exp(float(student_t.ppf(1 - alpha / 2, 2 * (runs - 1))) * sd * math.sqrt(2 / runs)) - 1
+
+
+def pooled_sd(groups: Sequence[Sequence[float]]) -> float:
+    """The pooled sample SD of several groups (each with its own mean): sqrt(sum (k-1) s^2 / sum (k-1))."""
+    usable = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in usable)
+    return math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in usable) / dof) if dof else math.nan
+
+
+def labels(report: Report) -> dict[str, str]:
+    return {r.experiment_id: r.target + "".join(f" {k}={v}" for k, v in r.params.items()) for r in report.results}
+
+
+def false_alarms(runs: Sequence[Run]) -> list[list[str]]:
+    """Per target: A/A comparisons (pairs of runs with the same extra; any pair for targets that ignore it),
+    and how many each gate flagged."""
+    names = labels(runs[0].report)
+    rows = []
+    total = [0, 0, 0, 0]
+    for exp_id, name in names.items():
+        pairs = [(a, b) for a, b in itertools.combinations(runs, 2) if a.extra == b.extra or not name.startswith(CHAIN)]
+        counts = [
+            len(pairs),
+            sum(flagged(a.report, b.report, exp_id) is not None for a, b in pairs),
+            sum(flagged(first_runs(a.report), first_runs(b.report), exp_id) is not None for a, b in pairs),
+            sum(old_gate_flags(a.report, b.report, exp_id) for a, b in pairs),
+        ]
+        total = [t + c for t, c in zip(total, counts, strict=True)]
+        rows.append([name, *map(str, counts)])
+    rows.append(["all", *map(str, total)])
+    return rows
+
+
+def detection(runs: Sequence[Run], measured: dict[float, float]) -> list[list[str]]:
+    """Per injected extra: A -> slowed comparisons of chain, how many flagged slower, and the speedup move seen."""
+    exp_id = next(i for i, name in labels(runs[0].report).items() if name.startswith(CHAIN))
+    rows = []
+    for extra in sorted({r.extra for r in runs} - {0.0}):
+        pairs = [(a, b) for a in runs if a.extra == 0 for b in runs if b.extra == extra]
+        caught = sum(flagged(a.report, b.report, exp_id) == "slower" for a, b in pairs)
+        moves = [
+            statistics.fmean(log_speedups(b.report)[exp_id]) - statistics.fmean(log_speedups(a.report)[exp_id])
+            for a, b in pairs
+        ]
+        rows.append(
+            [
+                f"+{extra:.0%}",
+                f"{measured.get(extra, math.nan):+.1%}",
+                f"{math.exp(statistics.fmean(moves)) - 1:+.1%}",
+                f"{caught}/{len(pairs)}",
+                f"{caught / len(pairs):.0%}",
+            ]
+        )
+    return rows
+
+
+def detectable(runs: Sequence[Run]) -> list[list[str]]:
+    """Per target: the pooled between-replicate SD of log speedup over every run, and the effects it allows."""
+    rows = []
+    for exp_id, name in labels(runs[0].report).items():
+        groups = [log_speedups(r.report)[exp_id] for r in runs]
+        sd = pooled_sd(groups)
+        speedup = math.exp(statistics.fmean(x for g in groups for x in g))
+        mde = minimum_detectable(sd)
+        rows.append(
+            [
+                name,
+                f"{speedup:.2f}x",
+                str(sum(len(g) for g in groups)),
+                f"{sd:.1%}",
+                f"{mde:.1%}",
+                f"{max(mde, SPEED_THRESHOLD):.1%}",
+            ]
+        )
+    return rows
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 runs of one small target: a smoke test")
+    parser.add_argument("--out", type=Path, default=None, help="where the specs and reports go (default: a temp dir)")
+    args = parser.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="aa-noise-"))
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "aa-noise.yaml"
+    spec.write_text(QUICK_SPEC if args.quick else FULL_SPEC)
+    order = QUICK_ORDER if args.quick else FULL_ORDER
+    start, load = time.monotonic(), os.getloadavg()
+    extras = sorted(set(order) - {0.0})
+    measured = measure_extra(
+        extras, QUICK_MEASURE_ROUNDS if args.quick else MEASURE_ROUNDS, 4096 if args.quick else 2**14
+    )
+    runs = [run_spec(spec, out / f"run{i}-extra{extra:g}.json", extra) for i, extra in enumerate(order)]
+    print(f"$ python benchmarks/aa_noise.py{' --quick' if args.quick else ''}")
+    print(
+        f"{len(runs)} runs ({', '.join(f'{e:+.0%}' if e else 'A' for e in order)}) of {spec.name}, "
+        f"{REPLICATES} replicates each, on {platform.machine()} with {os.cpu_count()} cores; "
+        f"gate: speedup beyond {SPEED_THRESHOLD:.0%} and Welch p < {ALPHA} with >= {MIN_RUNS} runs a side; "
+        f"{time.monotonic() - start:.0f} s; load average before {load[0]:.1f}, after {os.getloadavg()[0]:.1f} "
+        f"(1 min); reports in {out}\n"
+    )
+    print("False alarms over A/A comparisons (speed changes flagged, slower or faster):\n")
+    headers = ["target", "A/A pairs", "3 runs a side (Welch)", "1 run a side, threshold", "1 run a side, U on calls"]
+    print(markdown(headers, false_alarms(runs)) + "\n")
+    print("Injected slowdowns of the compiled side (benchmarks.aa_targets:chain), A -> slowed:\n")
+    headers = ["injected", "measured in-process", "speedup move seen", "flagged slower", "detection rate"]
+    print(markdown(headers, detection(runs, measured)) + "\n")
+    print(f"Minimum detectable effect ({REPLICATES} runs a side, alpha {ALPHA}), from the between-replicate spread:\n")
+    headers = ["target", "speedup", "runs", "SD of log speedup", "Welch MDE", f"gate (>= {SPEED_THRESHOLD:.0%})"]
+    print(markdown(headers, detectable(runs)))
+
+
+if __name__ == "__main__":
+    main()

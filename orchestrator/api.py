@@ -11,6 +11,7 @@ from pathlib import Path
 
 from orchestrator.calibration import calibrated
 from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
+from orchestrator.compile_cache import CompileCacheError, check_compile_cache
 from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.paths import check_out
 from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
@@ -23,6 +24,7 @@ from tasks.models import Calibration, Experiment, Result, WorkerLimits
 __all__ = [
     "DEFAULT_PENDING_TIMEOUT_S",
     "DEFAULT_START_TIMEOUT_S",
+    "CompileCacheError",
     "JournalError",
     "Run",
     "RunInterrupted",
@@ -68,6 +70,7 @@ def run(
     worker_limits: WorkerLimits | None = None,
     calibrate: bool = False,
     exclude_slow: bool = False,
+    compile_cache: str | Path | None = None,
     working_dir: str | Path | None = None,
     on_start: Callable[[RunPlan], None] | None = None,
     on_result: OnResult | None = None,
@@ -95,7 +98,10 @@ def run(
     its first experiment; the probes go to ``environment.calibration``, judged against their
     model's other devices (``orchestrator.calibration``), and each result carries its worker's
     entry. ``exclude_slow`` (implies ``calibrate``): a worker whose device is slow runs nothing
-    and the others run its queue. ``working_dir`` is shipped to the cluster for user targets;
+    and the others run its queue. ``compile_cache``: where experiments with ``compile.cache: shared``
+    load and store their compile artifacts (a directory every node sees, or an object store's
+    URL; ``orchestrator.compile_cache``), checked writable before Ray starts (``CompileCacheError``,
+    also when such an experiment has none). ``working_dir`` is shipped to the cluster for user targets;
     default: the current directory when an ``address`` is given and the spec names a target
     by import path (unless a submitted job already ships one).
 
@@ -103,6 +109,7 @@ def run(
     ``RunInterrupted`` (a ``KeyboardInterrupt``) carrying it.
     """
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    shared_cache = check_compile_cache(compile_cache, spec.experiments)  # CompileCacheError before Ray starts
     out = check_out(out)  # OutPathError before Ray starts, not after the sweep
     with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
@@ -124,6 +131,7 @@ def run(
                     calibrate=calibrate,
                     exclude_slow=exclude_slow,
                     on_calibration=probes.append,
+                    compile_cache=shared_cache,
                 )
         except KeyboardInterrupt:
             raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out, probes)) from None

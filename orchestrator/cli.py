@@ -115,6 +115,14 @@ def run(
             help="With calibration (implied): a worker whose device is slow runs nothing; the others run its queue.",
         ),
     ] = False,
+    compile_cache: Annotated[
+        str | None,
+        typer.Option(
+            "--compile-cache",
+            help="Directory every node sees, or object-store URL (s3://bucket/compile-cache), where experiments "
+            "with compile.cache: shared load and store their compile artifacts; checked writable before Ray starts.",
+        ),
+    ] = None,
 ) -> None:
     """Run every experiment of SPEC and write the report to OUT (its journal: OUT's name + .journal.jsonl, or
     the objects under OUT's name + .journal/ in an object store).
@@ -174,8 +182,9 @@ def run(
             working_dir=working_dir,
             calibrate=calibrate,
             exclude_slow=exclude_slow,
+            compile_cache=compile_cache,
         )
-    except api.JournalError as e:
+    except (api.JournalError, api.CompileCacheError) as e:
         raise _fail(str(e), 2) from None
     except ClusterError as e:
         raise _fail(str(e), 1) from None

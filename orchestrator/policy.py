@@ -60,7 +60,17 @@ from typing import Literal
 
 from orchestrator.calibration import slow_reasons
 from orchestrator.nodes import Node
-from tasks.models import Calibration, ErrorInfo, Experiment, Resources, Result, Status, WorkerInfo, result_identity
+from tasks.models import (
+    FRESH_PROCESS_CACHES,
+    Calibration,
+    ErrorInfo,
+    Experiment,
+    Resources,
+    Result,
+    Status,
+    WorkerInfo,
+    result_identity,
+)
 
 MAX_START_FAILURES = 3  # consecutive failed starts of one shape on a node, after which it takes none of that shape
 MAX_NODE_LOSSES = 3  # node losses an experiment may see free of charge; past them each spends a retry
@@ -522,11 +532,11 @@ class Scheduler:
         return worker.device_key not in self.measured_on.get(entry.exp.id, ())
 
     def _new_process(self, entry: Entry, worker: WorkerView) -> bool:
-        return entry.exp.compile.cache == "cold" or worker.id not in self.ran_in.get(entry.exp.id, ())
+        return entry.exp.compile.cache in FRESH_PROCESS_CACHES or worker.id not in self.ran_in.get(entry.exp.id, ())
 
     def _run(self, plan: Plan, worker: WorkerView, entry: Entry, now: float) -> None:
         exp = entry.exp
-        cold = exp.compile.cache == "cold"  # the worker runs it in a fresh process of its own
+        cold = exp.compile.cache in FRESH_PROCESS_CACHES  # the worker runs it in a fresh process of its own
         entry.state, entry.attempts = "running", entry.attempts + 1
         worker.state, worker.entry, worker.started_at = "busy", entry, now
         worker.deadline = now + exp.timeout_s

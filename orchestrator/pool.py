@@ -51,7 +51,8 @@ class Runs(Protocol):
 
 
 # What a worker runs experiments with: built once per actor from its placement (``node_id``,
-# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``). The default is ``tasks.worker.Worker`` (the benchmark
+# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``, ``calibrate``, ``compile_cache``: the run's shared
+# compile cache, for ``compile.cache: shared``). The default is ``tasks.worker.Worker`` (the benchmark
 # procedure, reset between experiments); tests of the scheduler itself inject a stub that needs
 # no torch.
 Executor = Callable[[dict[str, Any]], Runs]
@@ -74,6 +75,7 @@ class WorkerActor:
         executor: Executor | None,
         limits: dict[str, Any] | None = None,
         calibrate: bool = False,
+        compile_cache: str | None = None,
     ) -> None:
         ctx = ray.get_runtime_context()
         self.placement = {
@@ -83,6 +85,7 @@ class WorkerActor:
             "gpu_model": gpu_model,
             "limits": limits or {},
             "calibrate": calibrate,
+            "compile_cache": compile_cache,
         }
         self.worker = (executor or _default_executor)(self.placement)
 
@@ -128,10 +131,15 @@ Event = Ready | Finished | Died
 
 class Pool:
     def __init__(
-        self, executor: Executor | None = None, limits: WorkerLimits | None = None, calibrate: bool = False
+        self,
+        executor: Executor | None = None,
+        limits: WorkerLimits | None = None,
+        calibrate: bool = False,
+        compile_cache: str | None = None,
     ) -> None:
         self.executor = executor
         self.calibrate = calibrate  # every worker probes its device before its first experiment
+        self.compile_cache = compile_cache  # the run's shared compile cache: every worker gets it
         self.limits = (limits or WorkerLimits()).model_dump(exclude_none=True)  # the run's; each worker gets them
         self.actors: dict[int, Any] = {}  # worker id -> actor handle
         self.node_of: dict[int, str] = {}  # worker id -> the node it was started on
@@ -146,7 +154,7 @@ class Pool:
             num_gpus=start.gpus,
             num_cpus=start.cpus,
             scheduling_strategy=NodeAffinitySchedulingStrategy(start.node_id, soft=False),
-        ).remote(start.cores, start.gpu_model, self.executor, self.limits, self.calibrate)
+        ).remote(start.cores, start.gpu_model, self.executor, self.limits, self.calibrate, self.compile_cache)
         self.actors[start.worker_id] = actor
         self.node_of[start.worker_id] = start.node_id
         self.calls[actor.ready.remote()] = (start.worker_id, "ready")

@@ -40,6 +40,7 @@ def run_experiments(
     calibrate: bool = False,
     exclude_slow: bool = False,
     on_calibration: Callable[[Calibration], None] | None = None,
+    compile_cache: str | None = None,
     executor: Executor | None = None,
 ) -> list[Result]:
     """Run every experiment on long-lived workers; results in the order of the runs, each recorded once.
@@ -56,7 +57,9 @@ def run_experiments(
     ``worker`` limits win). ``calibrate``: every worker probes its device before its first
     experiment (``tasks.calibration``), each probe passed to ``on_calibration`` as it arrives;
     ``exclude_slow`` (implies ``calibrate``): workers on a device slow for its model run nothing
-    (``orchestrator.policy``). ``executor`` replaces what the workers run (tests of the
+    (``orchestrator.policy``). ``compile_cache``: the run's shared compile cache (a directory or
+    URL, ``orchestrator.compile_cache``), given to every worker for ``compile.cache: shared``
+    experiments. ``executor`` replaces what the workers run (tests of the
     scheduler; see ``orchestrator.pool.Executor``). On KeyboardInterrupt the workers are killed
     and the interrupt goes on; what was recorded before it stays recorded.
     """
@@ -64,7 +67,7 @@ def run_experiments(
     scheduler = Scheduler(
         runs, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s, exclude_slow=exclude_slow
     )
-    pool = Pool(executor, worker_limits, calibrate=calibrate or exclude_slow)
+    pool = Pool(executor, worker_limits, calibrate=calibrate or exclude_slow, compile_cache=compile_cache)
     results: dict[RunKey, Result] = {}
     requested: list[dict[str, float]] = []
 

@@ -20,7 +20,7 @@ exclusive only while the claim holds its locks and every such thread's allowed C
 (``Cpus_allowed_list`` in ``/proc/<pid>/task/<tid>/status``) lie inside them: checked at the
 experiment's start and again at its end (``Isolation.still_exclusive``). It sizes torch's
 threads and inductor's compile pool to the claim, and compiles into a cache directory no
-concurrent experiment uses: a fresh empty one for ``cache: cold``, and for ``warm`` the node's
+concurrent experiment uses: a fresh empty one for ``cache: cold`` and ``shared``, and for ``warm`` the node's
 directory of its slot (its GPU, or the first core it holds), which persists across
 experiments on that slot.
 
@@ -262,7 +262,7 @@ def isolate(cpus: int | None, cache: str, slot: str, allocator: str = "steady") 
             torch.set_num_threads(threads)
         compile_threads = _size_compile_pool(threads) if cpus else None
         allocator_in_effect = set_allocator(allocator) if cpus else None
-        if cache == "cold":
+        if cache in ("cold", "shared"):  # shared: a cold start that first loads the run's shared cache
             cold_dir = tempfile.mkdtemp(prefix="cold-", dir=_mkdir(root / "cache"))
             cache_dir: str | None = cold_dir
         elif cpus:

@@ -24,7 +24,8 @@ Status = Literal[
     "unschedulable",  # no node of the cluster can ever hold the reservation
 ]
 CompileMethod = Literal["torch_compile", "module_compile"]
-CacheState = Literal["cold", "warm"]
+CacheState = Literal["cold", "warm", "shared"]
+FRESH_PROCESS_CACHES: tuple[CacheState, ...] = ("cold", "shared")  # run in a fresh process, empty cache dirs
 CompileScope = Literal["model", "step"]
 Phase = Literal["inference", "training"]
 Precision = Literal["fp32", "tf32", "bf16", "fp16", "amp_bf16", "amp_fp16"]
@@ -65,7 +66,9 @@ class CompileConfig(Closed):
         default="warm",
         description="'warm': primed: the same compile runs once first, then in-memory caches are cleared, so the "
         "measured compile loads its artifacts from the on-disk caches; 'cold': a fresh process and empty "
-        "inductor/Triton caches, for a true cold-start compile latency (misses only)",
+        "inductor/Triton caches, for a true cold-start compile latency (misses only); 'shared': as cold, but "
+        "first loading the artifacts stored for this compile in the run's shared cache (run --compile-cache) "
+        "and storing what it produced there, so that a compile done once on any node serves every other",
     )
     scope: CompileScope = Field(
         default="model",
@@ -108,8 +111,8 @@ class CompileConfig(Closed):
             parts.append("options=" + _digest(self.options, 6))
         if self.mark_dynamic:
             parts.append("mark_dynamic=" + ",".join(f"{i}:{d}" for i, d in self.mark_dynamic))
-        if self.cache == "cold":
-            parts.append("cold")
+        if self.cache != "warm":
+            parts.append(self.cache)
         return "+".join(parts)
 
     @property
@@ -498,6 +501,13 @@ class CompileCache(BaseModel):
     or ``cold`` (a fresh process with empty cache directories: misses only). The counts are per
     compiled graph: ``fxgraph_*`` is inductor's FX graph cache, ``autograd_*`` AOTAutograd's
     cache; ``other`` holds any further cache counter torch kept (Triton, autotuning), by name.
+
+    ``shared`` (a cold start that first loads from the run's shared cache, ``tasks.shared_cache``):
+    ``shared_key`` is the key the artifacts were looked up and stored under; ``loaded`` whether
+    torch took artifacts stored there (``loaded_bytes`` of them, ``loaded_artifacts`` cache
+    entries, in ``load_s`` seconds, before anything compiled); ``stored_bytes`` what this run
+    stored there after it compiled (0: nothing new to store); ``shared_note`` why nothing was
+    loaded or stored, where that is so. The counts above then say what the load served.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -511,6 +521,13 @@ class CompileCache(BaseModel):
     autograd_miss: int = 0
     autograd_bypass: int = 0
     other: dict[str, int] = Field(default_factory=dict)
+    shared_key: str | None = None
+    loaded: bool = False
+    loaded_bytes: int = 0
+    loaded_artifacts: int = 0
+    load_s: float | None = None
+    stored_bytes: int = 0
+    shared_note: str | None = None
 
     @property
     def outcome(self) -> Literal["hit", "miss", "mixed", "bypass", "none"]:

@@ -53,6 +53,7 @@ from tasks.models import (
 )
 from tasks.phases import PhaseRun
 from tasks.replay import replay
+from tasks.shared_cache import SharedCache
 from tasks.sides import recompile_verdict, time_eager_alone, time_sides
 from tasks.stats import speedup_ci
 from tasks.targets import FreshInputs, Workload, build, copy_inputs, input_versions
@@ -71,6 +72,7 @@ class Placement:
     gpu_ids: Sequence[str] = ()
     cpus: int | None = None  # cores reserved: claimed, pinned, and torch's thread count
     gpu_model: str | None = None  # the node's accelerator_type, when the scheduler knows it
+    compile_cache: str | None = None  # the run's shared compile cache (a directory or URL), for ``cache: shared``
 
     @property
     def slot(self) -> str:
@@ -166,10 +168,17 @@ def _run(
         precision.check_supported(exp.precision, device)
     except precision.PrecisionError as e:
         return draft.finish(exp, "runtime_error", e)
+    # Shared: the artifacts stored for this compile loaded into the empty local caches, before anything compiles.
+    shared = SharedCache.load(exp, device, placement.compile_cache) if exp.compile.cache == "shared" else None
     with precision.active(exp.precision, device), phases.grad_mode(exp.phase):
         if exp.replay is not None:  # shape traffic in place of one shape's timing
-            return _replay(exp, device, timer, draft)
-        return _measure(exp, device, timer, measurement, draft)
+            result = _replay(exp, device, timer, draft)
+        else:
+            result = _measure(exp, device, timer, measurement, draft)
+    if shared is not None:  # after everything was measured: what this process compiled, stored for the others
+        shared.store()
+        result.compile_cache = shared.recorded(result.compile_cache)
+    return result
 
 
 def _replay(exp: Experiment, device: torch.device, timer: Timer, draft: Draft) -> Result:

@@ -7,7 +7,8 @@ stays on them (``tasks.isolation``). After each experiment it puts the process b
 started (``tasks.reset``).
 
 Some experiments must not run in a process that has run others: ``compile.cache: cold`` (a true
-cold compile needs a process that has compiled nothing, with an empty cache directory). The
+cold compile needs a process that has compiled nothing, with an empty cache directory) and
+``shared`` (a cold compile that first loads the run's shared cache: ``tasks.shared_cache``). The
 worker runs those in a fresh Python process of its own (``run_in_fresh_process``): it inherits
 the environment (``CUDA_VISIBLE_DEVICES`` included: the same GPU), the working directory,
 ``sys.path`` and the worker's cores, and is killed with its parent (``PR_SET_PDEATHSIG``), so
@@ -39,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.failures import DIED
+from tasks.models import FRESH_PROCESS_CACHES
 from tasks.reset import Baseline, reset
 
 RETIRE = "retire"  # key beside a result when the worker must be replaced after it: {..., RETIRE: why}
@@ -101,7 +103,7 @@ class Worker:
         self.started_mb = resident_mb()
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        if payload.get("compile", {}).get("cache") == "cold":
+        if payload.get("compile", {}).get("cache") in FRESH_PROCESS_CACHES:
             return self._calibrated(run_in_fresh_process(payload, self.placement))
         self.experiments += 1
         result = run_payload(payload, self.placement)  # never raises; if it did, the pool would replace the worker
@@ -155,6 +157,7 @@ def run_payload(payload: dict[str, Any], placement: dict[str, Any]) -> dict[str,
         gpu_ids=tuple(placement.get("gpu_ids") or ()),
         cpus=placement.get("cpus"),
         gpu_model=placement.get("gpu_model"),
+        compile_cache=placement.get("compile_cache"),
     )
     return run_experiment(Experiment.model_validate(payload), where).model_dump(mode="json")
 

@@ -1,8 +1,9 @@
 """The regression gate against real run-to-run noise: A/A false alarms, injected slowdowns caught, and
 the smallest change each target lets the gate see.
 
-    python benchmarks/aa_noise.py            # 7 runs of 3 targets x 3 replicates (~15 min on 2 busy cores)
-    python benchmarks/aa_noise.py --quick    # 3 runs of one small target x 3 replicates (a smoke test)
+    python benchmarks/aa_noise.py                  # 7 runs of 3 targets x 3 replicates (~11 min on 2 busy cores)
+    python benchmarks/aa_noise.py --quick          # 3 runs of one small target x 3 replicates (a smoke test)
+    python benchmarks/aa_noise.py --reports DIR    # the tables again, from an earlier run's --out DIR
 
 Runs one spec (CPU, inductor, ``replicates: 3``: each replicate in another worker process) through
 ``compilebench run``, each run a fresh local Ray instance. Some runs set ``AA_EXTRA`` (0.05, 0.10):
@@ -10,17 +11,17 @@ Runs one spec (CPU, inductor, ``replicates: 3``: each replicate in another worke
 does not (its experiment id is unchanged); the other targets ignore it, so for them every pair of
 runs is an A/A pair. Runs alternate (A, 5%, 10%, A, ...) so that drift over the session hits each
 kind alike. Every pair of runs is then compared with ``orchestrator.report.compare.compare``, what
-``compilebench compare`` runs, at its defaults (the speedup, 5%, Welch's t on the runs' log speedups,
-alpha 0.05). Printed:
+``compilebench compare`` runs, at its defaults (5%, Welch's t on the runs' log values, alpha 0.05),
+gating on the speedup (the default) and on the compiled median (``--metric time``). Printed:
 
 - the extra work injected, measured in this process (one thread, as a worker runs): compiled ``chain``
   with and without the extra, interleaved, CPU time of blocks of calls, median of the ratios;
-- false alarms over all A/A comparisons (any speed change flagged, slower or faster), beside what one
-  run a side would have said (replicate 0 of each run): by the threshold alone, as the gate judges it
-  now, and by a Mann-Whitney U test on the per-call speedups, as it judged it before (pairs of runs
-  share runs, so comparisons are not independent);
+- false alarms over all A/A comparisons (any speed change flagged, slower or faster) with 3 runs a
+  side, beside what one run a side would have said (replicate 0 of each run): by the threshold alone,
+  as the gate judges it now, and by a Mann-Whitney U test on the per-call speedups, as it judged it
+  before (pairs of runs share runs, so comparisons are not independent);
 - detection: the share of A -> slowed comparisons of ``chain`` flagged slower, per injected extra;
-- each target's minimum detectable effect: from the pooled between-replicate SD s of its log speedups,
+- each target's minimum detectable effect: from the pooled between-replicate SD s of its log values,
   the smallest ratio Welch's test flags at alpha 0.05 with 3 runs a side and equal spreads,
   exp(t_{0.975, 4} * s * sqrt(2/3)); the gate flags a change only beyond the threshold as well.
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import math
 import os
 import platform
@@ -46,7 +48,16 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.aa_targets import EXTRA_ENV  # noqa: E402
 from orchestrator.report import Report, read  # noqa: E402
-from orchestrator.report.compare import ALPHA, MIN_RUNS, SPEED_THRESHOLD, compare, runs_by_experiment  # noqa: E402
+from orchestrator.report.compare import (  # noqa: E402
+    ALPHA,
+    MIN_RUNS,
+    SPEED_THRESHOLD,
+    Metric,
+    Thresholds,
+    compare,
+    run_values,
+    runs_by_experiment,
+)
 
 CHAIN = "benchmarks.aa_targets:chain"
 REPLICATES = 3
@@ -132,10 +143,10 @@ def measure_extra(extras: Sequence[float], rounds: int, n: int) -> dict[float, f
     return {extra: statistics.median(r) - 1 for extra, r in ratios.items()}
 
 
-def log_speedups(report: Report) -> dict[str, list[float]]:
-    """Each experiment's ok runs' log speedups, by experiment id."""
+def log_values(report: Report, metric: Metric) -> dict[str, list[float]]:
+    """Each experiment's ok runs' log speedups (or log compiled medians: "time"), by experiment id."""
     return {
-        exp_id: [math.log(r.speedup) for r in results if r.status == "ok" and r.speedup]
+        exp_id: [math.log(v) for v in run_values([r for r in results if r.status == "ok"], metric)]
         for exp_id, results in runs_by_experiment(report).items()
     }
 
@@ -145,9 +156,9 @@ def first_runs(report: Report) -> Report:
     return report.model_copy(update={"results": [r for r in report.results if r.replicate == 0]})
 
 
-def flagged(base: Report, new: Report, exp_id: str) -> str | None:
-    """The speed change the gate lists for the experiment ("slower", "faster"), or None."""
-    kinds = [c.kind for c in compare(base, new).changes if c.experiment_id == exp_id]
+def flagged(base: Report, new: Report, exp_id: str, metric: Metric = "speedup") -> str | None:
+    """The speed change the gate (at its defaults, gating ``metric``) lists for the experiment, or None."""
+    kinds = [c.kind for c in compare(base, new, Thresholds(metric=metric)).changes if c.experiment_id == exp_id]
     return next((k for k in kinds if k in ("slower", "faster")), None)
 
 
@@ -186,15 +197,17 @@ def labels(report: Report) -> dict[str, str]:
 
 def false_alarms(runs: Sequence[Run]) -> list[list[str]]:
     """Per target: A/A comparisons (pairs of runs with the same extra; any pair for targets that ignore it),
-    and how many each gate flagged."""
+    and how many each gate flagged: 3 runs a side on the speedup and on time, 1 run a side by the
+    threshold alone, and 1 run a side by the U test on calls."""
     names = labels(runs[0].report)
     rows = []
-    total = [0, 0, 0, 0]
+    total = [0] * 5
     for exp_id, name in names.items():
         pairs = [(a, b) for a, b in itertools.combinations(runs, 2) if a.extra == b.extra or not name.startswith(CHAIN)]
         counts = [
             len(pairs),
             sum(flagged(a.report, b.report, exp_id) is not None for a, b in pairs),
+            sum(flagged(a.report, b.report, exp_id, "time") is not None for a, b in pairs),
             sum(flagged(first_runs(a.report), first_runs(b.report), exp_id) is not None for a, b in pairs),
             sum(old_gate_flags(a.report, b.report, exp_id) for a, b in pairs),
         ]
@@ -205,46 +218,37 @@ def false_alarms(runs: Sequence[Run]) -> list[list[str]]:
 
 
 def detection(runs: Sequence[Run], measured: dict[float, float]) -> list[list[str]]:
-    """Per injected extra: A -> slowed comparisons of chain, how many flagged slower, and the speedup move seen."""
+    """Per injected extra: A -> slowed comparisons of chain, the moves seen (geometric means over the
+    comparisons) and how many the gate flagged slower, on the speedup and on time."""
     exp_id = next(i for i, name in labels(runs[0].report).items() if name.startswith(CHAIN))
     rows = []
     for extra in sorted({r.extra for r in runs} - {0.0}):
         pairs = [(a, b) for a in runs if a.extra == 0 for b in runs if b.extra == extra]
-        caught = sum(flagged(a.report, b.report, exp_id) == "slower" for a, b in pairs)
-        moves = [
-            statistics.fmean(log_speedups(b.report)[exp_id]) - statistics.fmean(log_speedups(a.report)[exp_id])
-            for a, b in pairs
-        ]
-        rows.append(
-            [
-                f"+{extra:.0%}",
-                f"{measured.get(extra, math.nan):+.1%}",
-                f"{math.exp(statistics.fmean(moves)) - 1:+.1%}",
-                f"{caught}/{len(pairs)}",
-                f"{caught / len(pairs):.0%}",
+        row = [f"+{extra:.0%}", f"{measured.get(extra, math.nan):+.1%}"]
+        for metric in ("speedup", "time"):
+            moves = [
+                statistics.fmean(log_values(b.report, metric)[exp_id])
+                - statistics.fmean(log_values(a.report, metric)[exp_id])
+                for a, b in pairs
             ]
-        )
+            caught = sum(flagged(a.report, b.report, exp_id, metric) == "slower" for a, b in pairs)
+            row += [f"{math.exp(statistics.fmean(moves)) - 1:+.1%}", f"{caught}/{len(pairs)}"]
+        rows.append(row)
     return rows
 
 
 def detectable(runs: Sequence[Run]) -> list[list[str]]:
-    """Per target: the pooled between-replicate SD of log speedup over every run, and the effects it allows."""
+    """Per target: the pooled between-replicate SD over every run of its log speedup and of its log compiled
+    median, and the smallest change Welch's test flags with 3 runs a side (the gate: at least the threshold)."""
     rows = []
     for exp_id, name in labels(runs[0].report).items():
-        groups = [log_speedups(r.report)[exp_id] for r in runs]
-        sd = pooled_sd(groups)
-        speedup = math.exp(statistics.fmean(x for g in groups for x in g))
-        mde = minimum_detectable(sd)
-        rows.append(
-            [
-                name,
-                f"{speedup:.2f}x",
-                str(sum(len(g) for g in groups)),
-                f"{sd:.1%}",
-                f"{mde:.1%}",
-                f"{max(mde, SPEED_THRESHOLD):.1%}",
-            ]
-        )
+        speedups = [log_values(r.report, "speedup")[exp_id] for r in runs]
+        row = [name, f"{math.exp(statistics.fmean(x for g in speedups for x in g)):.2f}x"]
+        for metric in ("speedup", "time"):
+            sd = pooled_sd([log_values(r.report, metric)[exp_id] for r in runs])
+            mde = minimum_detectable(sd)
+            row += [f"{sd:.1%}", f"{mde:.1%}"]
+        rows.append(row)
     return rows
 
 
@@ -253,39 +257,64 @@ def markdown(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
+def run_all(out: Path, quick: bool) -> None:
+    """Measure the injected extra, run the spec in ``ORDER``, and note in ``out/session.json`` what
+    the analysis needs beside the reports: the order, the extras measured, the time and the load."""
+    spec = out / "aa-noise.yaml"
+    spec.write_text(QUICK_SPEC if quick else FULL_SPEC)
+    order = QUICK_ORDER if quick else FULL_ORDER
+    start, load = time.monotonic(), os.getloadavg()[0]
+    extras = sorted(set(order) - {0.0})
+    measured = measure_extra(extras, QUICK_MEASURE_ROUNDS if quick else MEASURE_ROUNDS, 4096 if quick else 2**14)
+    for i, extra in enumerate(order):
+        run_spec(spec, out / f"run{i}-extra{extra:g}.json", extra)
+    session = {
+        "order": order,
+        "measured": {str(e): m for e, m in measured.items()},
+        "seconds": time.monotonic() - start,
+        "load": [load, os.getloadavg()[0]],
+    }
+    (out / "session.json").write_text(json.dumps(session, indent=2) + "\n")
+
+
+def analyse(out: Path, command: str) -> None:
+    """Print the three tables from the reports and ``session.json`` in ``out``."""
+    session = json.loads((out / "session.json").read_text())
+    order = [float(e) for e in session["order"]]
+    runs = [Run(extra, read(out / f"run{i}-extra{extra:g}.json")) for i, extra in enumerate(order)]
+    measured = {float(e): m for e, m in session["measured"].items()}
+    load = session["load"]
+    print(f"$ {command}")
+    print(
+        f"{len(runs)} runs ({', '.join(f'{e:+.0%}' if e else 'A' for e in order)}), {REPLICATES} replicates each, "
+        f"on {platform.machine()} with {os.cpu_count()} cores in {session['seconds']:.0f} s (load average "
+        f"{load[0]:.1f} before, {load[1]:.1f} after); gate at its defaults: beyond {SPEED_THRESHOLD:.0%} and "
+        f"Welch p < {ALPHA} with >= {MIN_RUNS} runs a side; reports in {out}\n"
+    )
+    print("False alarms over A/A comparisons (speed changes flagged, slower or faster):\n")
+    headers = ["target", "A/A pairs", "3 runs, speedup", "3 runs, time", "1 run, threshold", "1 run, U on calls"]
+    print(markdown(headers, false_alarms(runs)) + "\n")
+    print(f"Injected slowdowns of the compiled side ({CHAIN}), A -> slowed:\n")
+    headers = ["injected", "measured in-process", "speedup moved", "flagged", "compiled median moved", "flagged (time)"]
+    print(markdown(headers, detection(runs, measured)) + "\n")
+    print(f"Minimum detectable effect ({REPLICATES} runs a side, alpha {ALPHA}), from the between-replicate spread:\n")
+    headers = ["target", "speedup", "SD of log speedup", "MDE speedup", "SD of log compiled median", "MDE time"]
+    print(markdown(headers, detectable(runs)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 runs of one small target: a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="where the specs and reports go (default: a temp dir)")
+    parser.add_argument("--reports", type=Path, default=None, help="print the tables of an earlier run's --out again")
     args = parser.parse_args()
+    if args.reports is not None:
+        analyse(args.reports, f"python benchmarks/aa_noise.py --reports {args.reports}")
+        return
     out = args.out or Path(tempfile.mkdtemp(prefix="aa-noise-"))
     out.mkdir(parents=True, exist_ok=True)
-    spec = out / "aa-noise.yaml"
-    spec.write_text(QUICK_SPEC if args.quick else FULL_SPEC)
-    order = QUICK_ORDER if args.quick else FULL_ORDER
-    start, load = time.monotonic(), os.getloadavg()
-    extras = sorted(set(order) - {0.0})
-    measured = measure_extra(
-        extras, QUICK_MEASURE_ROUNDS if args.quick else MEASURE_ROUNDS, 4096 if args.quick else 2**14
-    )
-    runs = [run_spec(spec, out / f"run{i}-extra{extra:g}.json", extra) for i, extra in enumerate(order)]
-    print(f"$ python benchmarks/aa_noise.py{' --quick' if args.quick else ''}")
-    print(
-        f"{len(runs)} runs ({', '.join(f'{e:+.0%}' if e else 'A' for e in order)}) of {spec.name}, "
-        f"{REPLICATES} replicates each, on {platform.machine()} with {os.cpu_count()} cores; "
-        f"gate: speedup beyond {SPEED_THRESHOLD:.0%} and Welch p < {ALPHA} with >= {MIN_RUNS} runs a side; "
-        f"{time.monotonic() - start:.0f} s; load average before {load[0]:.1f}, after {os.getloadavg()[0]:.1f} "
-        f"(1 min); reports in {out}\n"
-    )
-    print("False alarms over A/A comparisons (speed changes flagged, slower or faster):\n")
-    headers = ["target", "A/A pairs", "3 runs a side (Welch)", "1 run a side, threshold", "1 run a side, U on calls"]
-    print(markdown(headers, false_alarms(runs)) + "\n")
-    print("Injected slowdowns of the compiled side (benchmarks.aa_targets:chain), A -> slowed:\n")
-    headers = ["injected", "measured in-process", "speedup move seen", "flagged slower", "detection rate"]
-    print(markdown(headers, detection(runs, measured)) + "\n")
-    print(f"Minimum detectable effect ({REPLICATES} runs a side, alpha {ALPHA}), from the between-replicate spread:\n")
-    headers = ["target", "speedup", "runs", "SD of log speedup", "Welch MDE", f"gate (>= {SPEED_THRESHOLD:.0%})"]
-    print(markdown(headers, detectable(runs)))
+    run_all(out, args.quick)
+    analyse(out, "python benchmarks/aa_noise.py" + (" --quick" if args.quick else ""))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ the smallest change each target lets the gate see.
     python benchmarks/aa_noise.py                  # 7 runs of 3 targets x 3 replicates (~11 min on 2 busy cores)
     python benchmarks/aa_noise.py --quick          # 3 runs of one small target x 3 replicates (a smoke test)
     python benchmarks/aa_noise.py --reports DIR    # the tables again, from an earlier run's --out DIR
+    python benchmarks/aa_noise.py --simulate       # the candidate tests on simulated runs of known noise
 
 Runs one spec (CPU, inductor, ``replicates: 3``: each replicate in another worker process) through
 ``compilebench run``, each run a fresh local Ray instance. Some runs set ``AA_EXTRA`` (0.05, 0.10):
@@ -66,6 +67,7 @@ FULL_ORDER = (0.0, 0.05, 0.10, 0.0, 0.05, 0.10, 0.0)  # 3 A runs, 2 of each slow
 QUICK_ORDER = (0.0, 0.0, 0.10)
 MEASURE_ROUNDS, QUICK_MEASURE_ROUNDS = 60, 10  # blocks of calls per variant for the in-process measurement
 MEASURE_CALLS = 20  # calls per block: ~13 ms of CPU time per block
+SIMULATED = 20_000  # simulated pairs of 3 runs a side per case (--simulate): rates to about +-0.3%
 
 FULL_SPEC = f"""\
 name: aa-noise
@@ -302,12 +304,52 @@ def analyse(out: Path, command: str) -> None:
     print(markdown(headers, detectable(runs)))
 
 
+def simulate(trials: int = SIMULATED, seed: int = 0) -> list[list[str]]:
+    """How often each test flags pairs of 3 runs a side drawn with log-normal noise of a known SD and
+    a known shift (none: each flag is a false alarm): Welch's t on the log values (the gate's test),
+    Student's t (equal variances assumed), the gate (Welch and beyond the threshold), and Mann-Whitney
+    U (whose smallest two-sided p for 3 against 3 is 0.1). The last row's sides differ in spread."""
+    import numpy as np
+    from scipy.stats import mannwhitneyu, ttest_ind
+
+    rng = np.random.default_rng(seed)
+    cases = [(sd, sd, shift) for sd in (0.02, 0.05) for shift in (0.0, 0.05, 0.10)] + [(0.01, 0.06, 0.0)]
+    rows = []
+    for sd_base, sd_new, shift in cases:
+        base = rng.normal(0.0, sd_base, (trials, REPLICATES))
+        new = rng.normal(math.log1p(shift), sd_new, (trials, REPLICATES))
+        welch = ttest_ind(base, new, axis=1, equal_var=False).pvalue < ALPHA
+        student = ttest_ind(base, new, axis=1, equal_var=True).pvalue < ALPHA
+        beyond = np.abs(np.exp(new.mean(axis=1) - base.mean(axis=1)) - 1) > SPEED_THRESHOLD
+        u = mannwhitneyu(base, new, axis=1, alternative="two-sided").pvalue < ALPHA
+        spread = f"{sd_base:.0%}" if sd_base == sd_new else f"{sd_base:.0%} vs {sd_new:.0%}"
+        rates = (welch, student, welch & beyond, u)
+        rows.append([spread, f"+{shift:.0%}", *(f"{np.mean(r):.1%}" for r in rates)])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 runs of one small target: a smoke test")
     parser.add_argument("--out", type=Path, default=None, help="where the specs and reports go (default: a temp dir)")
     parser.add_argument("--reports", type=Path, default=None, help="print the tables of an earlier run's --out again")
+    parser.add_argument("--simulate", action="store_true", help="only the tests' rates on simulated runs (seconds)")
     args = parser.parse_args()
+    if args.simulate:
+        print(
+            f"$ python benchmarks/aa_noise.py --simulate\n{SIMULATED} simulated pairs of {REPLICATES} runs a side "
+            f"per row, log-normal run-to-run noise; share flagged at alpha {ALPHA}:\n"
+        )
+        headers = [
+            "SD of a run",
+            "shift",
+            "Welch (log)",
+            "Student (log)",
+            f"gate: Welch and > {SPEED_THRESHOLD:.0%}",
+            "Mann-Whitney U",
+        ]
+        print(markdown(headers, simulate()))
+        return
     if args.reports is not None:
         analyse(args.reports, f"python benchmarks/aa_noise.py --reports {args.reports}")
         return

@@ -46,6 +46,16 @@ def test_minimum_detectable_effect_is_where_welch_on_three_runs_a_side_reaches_a
     assert aa_noise.pooled_sd([[1.0, 2.0, 3.0], [10.0, 12.0, 14.0], [5.0]]) == pytest.approx((5 / 2) ** 0.5)
 
 
+def test_the_simulation_shows_welch_near_alpha_under_no_change_and_mann_whitney_never_flagging():
+    rows = {(spread, shift): rates for spread, shift, *rates in aa_noise.simulate(trials=2000)}
+    percent = {key: [float(r.rstrip("%")) for r in rates] for key, rates in rows.items()}
+    welch, _student, gate, u = zip(*percent.values(), strict=True)
+    assert set(u) == {0.0}  # 3 against 3: the smallest two-sided p is 0.1
+    assert 1.5 < percent[("2%", "+0%")][0] < 6 and percent[("2%", "+10%")][0] > 90
+    assert percent[("1% vs 6%", "+0%")][1] > percent[("1% vs 6%", "+0%")][0]  # Student's runs over with unequal spreads
+    assert all(g <= w for g, w in zip(gate, welch, strict=True))
+
+
 def test_quick_run_prints_false_alarms_detection_and_minimum_detectable_effects(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "aa_noise.py"), "--quick", "--out", str(tmp_path)],

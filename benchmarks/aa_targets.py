@@ -6,7 +6,7 @@ set (a fraction: ``0.05``), the code Dynamo traces (``torch.compiler.is_compilin
 ``round(ROUNDS * AA_EXTRA)`` more rounds on a copy of the result and adds that times zero. Inductor
 fuses them into the same loop after the others; starting from the result, neither common-
 subexpression elimination nor the CPU's overlap of independent chains hides them, so the compiled
-side does that fraction more arithmetic (``aa_noise.py`` measures it: +5.0% and +10.4% here). The
+side does that fraction more arithmetic (``aa_noise.py`` measures and prints how much more). The
 outputs stay equal (cos and sin of finite values are finite, so ``0 * y`` is 0) and the correctness
 check passes. Eager never runs the extra rounds: the speedup drops by the extra, as a compiler
 change that made the generated code slower would. The variable is read when the target is built, in

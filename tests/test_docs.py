@@ -173,3 +173,42 @@ def test_an_option_added_to_the_cli_appears_in_the_reference() -> None:
     assert "## compilebench probe {#probe}" in text
     assert "`TARGET`" in text and "What to probe." in text
     assert "`-d, --depth <int range>`" in text and "How deep to probe." in text and "default: 2" in text
+
+
+def _github_slug(heading: str) -> str:
+    """A heading's anchor as GitHub renders it: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(markdown: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", markdown.read_text(), flags=re.S)
+    return {_github_slug(m) for m in re.findall(r"^#+ (.+?)(?: \{#[^}]*\})?$", text, flags=re.M)} | set(
+        re.findall(r"\{#([\w-]+)\}", text)
+    )
+
+
+def test_every_relative_link_of_the_readme_resolves() -> None:
+    readme = ROOT / "README.md"
+    text = re.sub(r"```.*?```", "", readme.read_text(), flags=re.S)
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    relative = [link for link in links if not re.match(r"[a-z]+://|mailto:", link)]
+    assert any(link.startswith("docs/") for link in relative), "the README links into the documentation"
+    for link in relative:
+        path, _, anchor = link.partition("#")
+        target = (ROOT / path) if path else readme
+        assert target.exists(), f"README links to {link}: no such file"
+        if anchor:
+            assert target.suffix == ".md", link
+            assert anchor in _anchors(target), f"README links to {link}: no such heading"
+
+
+def test_readme_keeps_the_two_set_up_commands_first() -> None:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert blocks[0].strip() == (
+        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . "
+        "&& compilebench run examples/seed.yaml --out seed-report.json"
+    )
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert blocks[1].strip() in ci, "CI runs the README's test command"
+    assert "mkdocs build --strict" in blocks[1]

@@ -658,6 +658,7 @@ class Result(BaseModel):
     finished_at: float
     worker: WorkerInfo | None = None
     measurement: Measurement | None = None
+    traffic: ReplayConfig | None = None  # the shape traffic the experiment asked to replay (Experiment.replay)
     replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
     decision: DecisionConfig | None = None  # the experiment's: how the summary weighs compile against calls
 
@@ -679,6 +680,7 @@ def result_identity(exp: Experiment) -> dict[str, Any]:
         "precision": exp.precision,
         "gpu_model": exp.gpu_model,
         "decision": exp.decision,
+        "traffic": exp.replay,
     }
 
 

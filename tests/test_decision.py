@@ -311,3 +311,21 @@ def test_decide_reads_the_groups_ranked_figures():
     group = summarize(results).groups[0]
     again = decide(group.ranked, {"inductor": [results[0]], "aot_eager": [results[1]]})
     assert again == group.decision
+
+
+def test_a_replay_is_a_group_of_its_own_beside_the_same_target_timed_on_one_shape():
+    from orchestrator.report.summary import summarize
+    from tasks.models import ReplayConfig
+
+    from .report_data import make_replay_result, make_result
+
+    plain = make_result("seed.foo3", 2.0)
+    replayed = make_replay_result().model_copy(
+        update={
+            "target": "seed.foo3",
+            "params": plain.params,
+            "traffic": ReplayConfig(param="shape", values=[[8, 8], [16, 16]], calls=100),
+        }
+    )
+    groups = summarize([plain, replayed]).groups
+    assert [g.label for g in groups] == ["seed.foo3", "seed.foo3 replay(shape: 2 values, 100 calls)"]

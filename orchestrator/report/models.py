@@ -10,7 +10,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, Field
 
 from orchestrator.nodes import Node as Node  # the scheduler's too; listed in a report's environment
-from tasks.models import Calibration, Phase, Precision, Result
+from tasks.models import Calibration, Phase, Precision, ReplayConfig, Result
 
 SCHEMA_VERSION: Final = 2  # 2: summary by group and device model, pass rates; version 1 reports are upgraded on load
 
@@ -113,10 +113,13 @@ class Group(BaseModel):
     tie: bool = False  # the best's 95% interval (``ci``: between-run where there is one) overlaps the runner-up's
     failed: dict[str, str] = Field(default_factory=dict)  # config -> status, for results that are not ok
     decision: Decision | None = None  # what to ship; None in a summary written before decisions
+    traffic: str | None = None  # replays only: the traffic replayed (``traffic_label``); a group of its own
 
     @property
     def label(self) -> str:
-        return group_label(self.target, self.params, self.phase, self.precision)
+        return group_label(self.target, self.params, self.phase, self.precision) + (
+            f" replay({self.traffic})" if self.traffic else ""
+        )
 
 
 class LeftOut(BaseModel):
@@ -197,3 +200,11 @@ def group_label(target: str, params: dict[str, Any], phase: str = "inference", p
     if precision != "fp32":
         parts.append(precision)
     return " ".join(parts)
+
+
+def traffic_label(traffic: ReplayConfig | None) -> str | None:
+    """``seq: 8 values, 1,000 calls``: the shape traffic a replay served, or None for no replay."""
+    if traffic is None:
+        return None
+    weights = "" if traffic.weights is None else ", weighted"
+    return f"{traffic.param}: {len(traffic.values)} values{weights}, {traffic.calls:,} calls"

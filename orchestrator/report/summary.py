@@ -26,6 +26,7 @@ from orchestrator.report.models import (
     Recompiled,
     Summary,
     group_label,
+    traffic_label,
 )
 from tasks.models import Result, SideTiming, Status
 
@@ -93,14 +94,16 @@ def summarize(results: Sequence[Result]) -> Summary:
         if r.recompiled
     ]
     keys: dict[str, str] = {}  # repr of params -> canonical JSON, computed once per distinct params
-    groups: dict[tuple[str, str, str, str, str], _GroupData] = {}
+    groups: dict[tuple[str, str, str, str, str, str | None], _GroupData] = {}
     for r, model in zip(results, _device_models(results), strict=True):
         text = repr(r.params)
         params = keys.get(text) or keys.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
-        key = (model, r.target, params, r.phase, r.precision)
+        traffic = traffic_label(r.traffic)  # a replay measures its traffic, not one shape: a group of its own
+        key = (model, r.target, params, r.phase, r.precision, traffic)
         data = groups.get(key)
         if data is None:
-            data = groups[key] = _GroupData(model, group_label(r.target, r.params, r.phase, r.precision))
+            label = group_label(r.target, r.params, r.phase, r.precision) + (f" replay({traffic})" if traffic else "")
+            data = groups[key] = _GroupData(model, label)
         data.add(r)
 
     by_model: dict[str, list[_GroupData]] = defaultdict(list)
@@ -292,6 +295,7 @@ class _GroupData:
             device_model=self.model,
             phase=first.phase,
             precision=first.precision,
+            traffic=traffic_label(first.traffic),
             results=len(self.results),
             best=best,
             runner_up=runner_up,

@@ -151,7 +151,7 @@ def test_a_field_added_to_the_report_models_appears_in_the_reference() -> None:
     text = _hook().report_reference(ReportWithNewField)
     assert "| `sentinel_extra` | [Extra](#extra) or null | `null` | documented by its comment |" in text
     assert "## Extra {#extra}" in text
-    assert "| `gauge` | float | `1.5` | the sentinel's gauge, in furlongs |" in text
+    assert "| `gauge` | number | `1.5` | the sentinel's gauge, in furlongs |" in text
     assert "## Result {#result}" in text
 
 

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+JSON_NAMES: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}  # as JSON names them
 MARKER = re.compile(r"^<!-- reference: (\w+) -->$", re.MULTILINE)
 PROGRAM = "compilebench"
 
@@ -265,7 +266,7 @@ def _annotation(annotation: Any) -> str:
         return "[" + ", ".join(_annotation(a) for a in args) + "]"
     if annotation is Any:
         return "any"
-    return getattr(annotation, "__name__", str(annotation))
+    return JSON_NAMES.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
 def _default(info: Any) -> str:

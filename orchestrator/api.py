@@ -125,6 +125,7 @@ def run(
                     cluster,
                     journal=journal,
                     on_result=on_result,
+                    report=out,
                     pending_timeout_s=pending,
                     start_timeout_s=worker_start_timeout_s,
                     worker_limits=worker_limits,

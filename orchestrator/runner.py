@@ -22,6 +22,8 @@ from orchestrator.cluster import ClusterInfo
 from orchestrator.journal import Journal, RunKey, run_key
 from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
+from orchestrator.storage import Location
+from orchestrator.traces import store_trace
 from tasks.models import Calibration, ErrorInfo, Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
@@ -34,6 +36,7 @@ def run_experiments(
     journal: Journal | None = None,
     on_result: OnResult | None = None,
     *,
+    report: Location | None = None,
     pending_timeout_s: float = 0.0,
     start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
     worker_limits: WorkerLimits | None = None,
@@ -47,6 +50,8 @@ def run_experiments(
 
     An ``Experiment`` stands for all its runs (``replicates``), a ``Run`` for itself
     (``orchestrator.policy.runs_of``: every experiment's run 0 first, then each run 1, ...).
+    ``report``: where the report will be written; a traced result's trace is stored beside it as
+    the result arrives, before it is journaled (``orchestrator.traces``).
 
     ``cluster`` is the cluster joined (``orchestrator.cluster.connect``); its nodes are the
     first view of it, listed again as the sweep runs. ``pending_timeout_s`` is how long an
@@ -72,6 +77,8 @@ def run_experiments(
     requested: list[dict[str, float]] = []
 
     def record(result: Result) -> None:
+        if report is not None:
+            result = store_trace(result, report)  # the trace's files beside the report, the result naming them
         results[run_key(result)] = result
         if journal is not None:
             journal.append(result)

@@ -321,6 +321,13 @@ class Experiment(Closed):
         description="how the summary decides what to ship: {calls: N} weighs the compile against N calls; "
         "None: the highest lower 95% bound of speedup. Not part of the experiment's id (it measures the same)",
     )
+    trace: bool = Field(
+        default=False,
+        description="record torch's structured compile trace (what TORCH_TRACE writes, read by tlparse) of the "
+        "measured compile, stored beside the report in REPORT.traces/<id>-r<replicate>/ with tlparse's HTML where "
+        "tlparse is installed. The trace is written while the compile runs: a traced run's compile latency "
+        "includes its cost. Not part of the experiment's id (it measures the same compile)",
+    )
 
     @field_validator("target")
     @classmethod
@@ -339,8 +346,9 @@ class Experiment(Closed):
         on any machine; a field added later with a default leaves existing ids as they were). When a
         worker is replaced (``worker``) is how it ran, not what it measures, and every replicate of an
         experiment measures the same thing (``replicates``); how its result is weighed (``decision``)
-        does not change what it measures either: none of them is part of the id."""
-        exclude = {"worker", "replicates", "decision"}
+        and whether its compile is traced (``trace``) do not change what it measures either: none of them
+        is part of the id."""
+        exclude = {"worker", "replicates", "decision", "trace"}
         return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude=exclude), 12)
 
 
@@ -550,6 +558,28 @@ class CompileCache(BaseModel):
         return f"{self.state}: {self.outcome}"
 
 
+class TraceInfo(BaseModel):
+    """The structured compile trace of a traced experiment (``trace: true``): where it is, or why it is not.
+
+    The worker records torch's structured trace of the measured compile (``tasks.tracing``: what
+    ``TORCH_TRACE`` writes) and sends its files with the result, packed in ``archive``; the driver
+    unpacks them beside the report (``orchestrator.traces``) and empties ``archive``. Paths are
+    relative to the report's folder: ``dir`` (``REPORT.traces/<experiment id>-r<replicate>``),
+    ``log_files`` (torch's ``dedicated_log_torch_trace_*.log``), ``html`` (tlparse's ``index.html``,
+    where tlparse is installed on the driver). ``bytes``: the logs' size, uncompressed. ``error``:
+    why a part is missing (nothing recorded, too large to send, not stored, not rendered), else None.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    dir: str | None = None
+    log_files: list[str] = Field(default_factory=list)
+    html: str | None = None
+    bytes: int = 0
+    archive: str | None = None  # in transit only: the trace folder as a base64 gzip tar, until the driver stores it
+    error: str | None = None
+
+
 class WorkInfo(BaseModel):
     """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
 
@@ -661,6 +691,7 @@ class Result(BaseModel):
     traffic: ReplayConfig | None = None  # the shape traffic the experiment asked to replay (Experiment.replay)
     replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
     decision: DecisionConfig | None = None  # the experiment's: how the summary weighs compile against calls
+    trace: TraceInfo | None = None  # the measured compile's structured trace (Experiment.trace), beside the report
 
     @property
     def config_label(self) -> str:

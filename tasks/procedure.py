@@ -47,6 +47,7 @@ from tasks.models import (
     Result,
     SideTiming,
     Status,
+    TraceInfo,
     WorkerInfo,
     WorkInfo,
     result_identity,
@@ -58,6 +59,7 @@ from tasks.sides import recompile_verdict, time_eager_alone, time_sides
 from tasks.stats import speedup_ci
 from tasks.targets import FreshInputs, Workload, build, copy_inputs, input_versions
 from tasks.timers import CUDAGRAPH_MIN_WARMUP, Timer, timer_for
+from tasks.tracing import CompileTrace
 
 __all__ = ["Placement", "run_experiment", "time_sides"]
 
@@ -110,6 +112,7 @@ class Draft:
     speedup_ci: tuple[float, float] | None = None
     memory_ratio: float | None = None
     replay: ReplayResult | None = None
+    trace: TraceInfo | None = None
 
     def finish(self, exp: Experiment, status: Status, error: BaseException | None = None) -> Result:
         if out_of_memory(error):  # wherever it was raised: not retried, the worker cleans the GPU
@@ -221,27 +224,36 @@ def _measure(exp: Experiment, device: torch.device, timer: Timer, measurement: M
     )
 
     # 4. Warm: prime the on-disk caches with this very compile, then forget everything in memory.
+    #    Traced, a compile that fails here keeps this compile's trace; one that succeeds, the measured one's.
+    priming = CompileTrace(exp.trace and exp.compile.cache == "warm")
     try:
         if exp.compile.cache == "warm":
-            primed_side = compiled_callable(work, run, exp.compile)
-            primed_inputs = checked_inputs(run, work.inputs, exp.seed)
-            timer.first_call(lambda: primed_side(*primed_inputs))
+            with priming:
+                primed_side = compiled_callable(work, run, exp.compile)
+                primed_inputs = checked_inputs(run, work.inputs, exp.seed)
+                timer.first_call(lambda: primed_side(*primed_inputs))
             del primed_side
         forget_compiled()
     except Exception as e:
+        draft.trace = priming.info
         draft.eager = time_eager_alone(timer, eager_alone, exp.timing, eager_first_ms)
         return draft.finish(exp, "compile_error", e)
 
     # 5. The measured compile, as configured; its first call, from the checked state, pays for compiling.
+    #    Traced (``trace: true``): torch's structured trace records this compile and nothing else.
     with DynamoWatch() as watch:
         start = watch.snapshot()
+        trace = CompileTrace(exp.trace)
         try:
-            compiled_side = compiled_callable(work, run, exp.compile)
-            inputs = checked_inputs(run, work.inputs, exp.seed)
-            result, compiled_first_ms = timer.first_call(lambda: compiled_side(*inputs))
+            with trace:
+                compiled_side = compiled_callable(work, run, exp.compile)
+                inputs = checked_inputs(run, work.inputs, exp.seed)
+                result, compiled_first_ms = timer.first_call(lambda: compiled_side(*inputs))
         except Exception as e:
+            draft.trace = trace.info  # a failed compile's trace shows how far it got
             draft.eager = time_eager_alone(timer, eager_alone, exp.timing, eager_first_ms)
             return draft.finish(exp, "compile_error", e)
+        draft.trace = trace.info
         first_result = run.observe(result, inputs, mutated)
         draft.compile_latency_s = compiled_first_ms / 1e3
         draft.compile_cache = cache_use(exp.compile.cache, exp.compile.cache == "warm", cache_counters())

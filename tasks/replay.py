@@ -78,12 +78,14 @@ from tasks.models import (
     ShapeTiming,
     Status,
     TimingConfig,
+    TraceInfo,
 )
 from tasks.phases import PhaseRun
 from tasks.sides import prepare_sides
 from tasks.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, CONFIDENCE, bootstrap_medians, describe
 from tasks.targets import Workload, build, copy_inputs
 from tasks.timers import Timer
+from tasks.tracing import CompileTrace
 
 CUMULATIVE_POINTS = 200  # points of each side's cumulative-time curve a result keeps: enough to draw it
 MAX_REASONS = 50  # guard failures kept per replay (a static policy over n values gives n - 1)
@@ -153,6 +155,7 @@ class Replayed:
     check_note: str | None = None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
+    trace: TraceInfo | None = None
 
     def failed(self, status: Status, error: BaseException) -> Replayed:
         self.status, self.error = status, error
@@ -199,15 +202,21 @@ def replay(exp: Experiment, device: torch.device, timer: Timer) -> Replayed:
         return out.failed("compile_error", e)
 
     # 5. The first pass, both sides, the compiled one from a fresh compile; 6. the warm pass.
+    #    Traced (``trace: true``): torch's structured trace records the first pass, where the compiles are measured.
     with DynamoWatch() as watch:
         start = watch.snapshot()
+        trace = CompileTrace(exp.trace)
         try:
-            compiled_side = compiled_callable(first, run, exp.compile)
-            eager, compiled = serve(timer, eager_side, compiled_side, shapes, traffic.sequence, watch.snapshot)
+            with trace:
+                compiled_side = compiled_callable(first, run, exp.compile)
+                eager, compiled = serve(timer, eager_side, compiled_side, shapes, traffic.sequence, watch.snapshot)
         except EagerFailed as e:
+            out.trace = trace.info
             return out.failed("runtime_error", precision.explain_failure(e.error, exp.precision))
         except Exception as e:
+            out.trace = trace.info
             return out.failed("compile_error", e)
+        out.trace = trace.info
         out.compile_cache = cache_use(exp.compile.cache, exp.compile.cache == "warm", cache_counters())
         out.compile_breakdown = {phase: float(s) for phase, s in calculate_time_spent().items()}
         after = watch.snapshot()

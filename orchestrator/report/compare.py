@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.report.compile_phases import explain, explanation
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import Rows, first_line, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.summary import device_model
@@ -105,6 +106,7 @@ class Change(BaseModel):
     test: str | None = None  # speed: WELCH, or "threshold" (too few runs for a test)
     p_value: float | None = None  # from the runs only; None when they are too few
     note: str = ""  # e.g. ONE_RUN
+    phases: str = ""  # compile latency: the phases that account for 80% of the move (compile_phases.explain)
     regression: bool
 
 
@@ -146,9 +148,11 @@ def compare(
     - Status: every run ok -> some run failing is a new failure (a regression); the reverse a new pass.
     - Graph breaks: a count that grew is a regression.
     - Compile latency: a move of the median over runs beyond ``thresholds.compile`` is listed, with
-      how the caches served it (``warm: hit``, ``cold: miss``); a regression only with
+      how the caches served it (``warm: hit``, ``cold: miss``) and the phases of the compile that
+      account for 80% of the move (``orchestrator.report.compile_phases``); a regression only with
       ``gate_compile``. Warm never meets cold (their ids differ), and runs the caches served
-      differently (a hit against a miss) are not compared but warned about.
+      differently (a hit against a miss) are not compared but warned about, as are traced runs
+      against untraced ones (a trace adds its cost to the compile).
     - Experiments of base that new lacks, and a new report marked incomplete, fail the comparison
       (``Comparison.fails``) unless ``allow_missing``; new with fewer runs of an experiment than base
       is a warning.
@@ -157,6 +161,7 @@ def compare(
     base_runs, new_runs = runs_by_experiment(base), runs_by_experiment(new)
     changes: list[Change] = []
     not_compared: list[str] = []
+    traced_apart: list[str] = []
     untested: Counter[tuple[int, int]] = Counter()
     fewer_runs: list[str] = []
     runs: Counter[str] = Counter()
@@ -176,6 +181,7 @@ def compare(
         compiled, apart = _compile_changes(b, n, t)
         changes.extend(compiled)
         not_compared += [apart] if apart else []
+        traced_apart += [_label(n[0])] if _traced(b) != _traced(n) else []
     order = list(KIND_TITLES)
     changes.sort(key=lambda c: (not c.regression, order.index(c.kind)))
     missing = [_label(r[0]) for i, r in base_runs.items() if i not in new_runs]
@@ -184,6 +190,11 @@ def compare(
     if not_compared:
         warnings.append(
             f"{len(not_compared)} compile latency pair(s) served differently by the caches: {_few(not_compared)}"
+        )
+    if traced_apart:
+        warnings.append(
+            f"{len(traced_apart)} experiment(s) traced (trace: true) on one side only; a traced compile's latency "
+            f"includes the trace's cost: {_few(traced_apart)}"
         )
     return Comparison(
         base=names[0] or base.name,
@@ -425,9 +436,14 @@ def _compile_changes(b: Sequence[Result], n: Sequence[Result], t: Thresholds) ->
     how = first.compile_cache.label if first.compile_cache else first.compile.cache
     base_text, new_text = f"{seconds(b_s)} s", f"{seconds(n_s)} s ({how})"
     runs = (len(b_runs), len(n_runs))
+    phases = explanation(explain(b_runs, n_runs, n_s - b_s))
     return [
-        _change(kind, first, base_text, new_text, _percent(ratio), runs, regression=slower and t.gate_compile)
+        _change(kind, first, base_text, new_text, _percent(ratio), runs, slower and t.gate_compile, phases=phases)
     ], None
+
+
+def _traced(runs: Sequence[Result]) -> bool:
+    return any(r.trace is not None for r in runs)
 
 
 def _speed_text(runs: Sequence[Result]) -> str:
@@ -446,6 +462,7 @@ def _change(
     p: float | None = None,
     test: str | None = None,
     note: str = "",
+    phases: str = "",
 ) -> Change:
     return Change(
         kind=kind,
@@ -460,6 +477,7 @@ def _change(
         test=test,
         p_value=p,
         note=note,
+        phases=phases,
         regression=regression,
     )
 
@@ -500,6 +518,19 @@ def verdict(c: Comparison) -> str:
     if gaps and c.blocked:
         return f"INCOMPLETE: {lacking}; {judged}"
     return judged + (f"; {lacking}" if gaps else "")
+
+
+def compile_explanations(c: Comparison) -> list[str]:
+    """With ``gate_compile``, a line per compile-latency move: what moved and the phases that account
+    for 80% of it (``inductor +0.38 s (76%), aot_autograd +0.08 s (16%)``), printed beside the verdict."""
+    if not c.thresholds.get("gate_compile"):
+        return []
+    moved = [ch for ch in c.changes if ch.kind in ("compile_slower", "compile_faster")]
+    return [
+        f"{ch.target} [{ch.config}]: compile {ch.change} ({ch.base} -> {ch.new})"
+        + (f": {ch.phases}" if ch.phases else ": no phase breakdown on both sides")
+        for ch in moved
+    ]
 
 
 def rows(c: Comparison) -> Rows:
@@ -551,12 +582,16 @@ def print_comparison(console: Console, c: Comparison) -> None:
         console.print(Text(line), soft_wrap=True)
     style = "bold red" if c.fails else "bold green"
     console.print(Text(verdict(c), style=style))
+    for line in compile_explanations(c):
+        console.print(Text(f"  {line}"), soft_wrap=True)
 
 
 def markdown(c: Comparison) -> str:
     """The comparison as a pull-request comment."""
     icon = ":x:" if c.fails else ":white_check_mark:"
     out = [f"### {icon} {verdict(c)}", ""]
+    explained = compile_explanations(c)
+    out += [f"- {line}" for line in explained] + ([""] if explained else [])
     out += [f"> :warning: **{w}**" for w in c.warnings]
     if c.warnings:
         out.append("")

@@ -12,6 +12,7 @@ import math
 import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import (
@@ -120,6 +121,10 @@ def render_html(report: Report) -> str:
     body.append(_samples_section(report))
     body.append("<h2>Failures</h2>")
     body.append(_failures(report))
+    traces = _traces(report)
+    if traces:
+        body.append("<h2>Compile traces</h2>")
+        body.append(traces)
     body.append("<h2>Every result</h2>")
     body.append(_table(results_rows(report.results, report.name, report.environment.calibration)))
     return (
@@ -504,6 +509,36 @@ def _failures(report: Report) -> str:
         )
     head = "".join(f"<th>{h}</th>" for h in ("target", "config", "status", "error", "message"))
     return f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+
+
+def _traces(report: Report) -> str:
+    """A row per traced result linking its trace's folder, its logs and tlparse's page (paths relative to
+    the report's folder, so the links work from a page written beside the report); '' when none was traced."""
+    traced = [(r, r.trace) for r in report.results if r.trace is not None]
+    if not traced:
+        return ""
+    rows = []
+    for r, trace in traced:
+        folder = _link(trace.dir, trace.dir.rsplit("/", 1)[-1] + "/") if trace.dir else "-"
+        logs = "<br>".join(_link(log, log.rsplit("/", 1)[-1]) for log in trace.log_files) or "-"
+        page = _link(trace.html, "tlparse") if trace.html else "-"
+        note = f"<span class='bad'>{_e(trace.error)}</span>" if trace.error else ""
+        rows.append(
+            f"<tr><td>{_e(_group_of(r))}</td><td>{_e(r.config_label)}</td><td class='num'>{r.replicate}</td>"
+            f"<td>{folder}</td><td>{logs}</td><td class='num'>{trace.bytes / 1024:.0f} KiB</td><td>{page}</td>"
+            f"<td>{note}</td></tr>"
+        )
+    head = "".join(f"<th>{h}</th>" for h in ("target", "config", "run", "trace", "logs", "size", "HTML", "note"))
+    return (
+        '<p class="meta">The structured trace of each traced compile (<code>trace: true</code>), as '
+        "<code>TORCH_TRACE</code> writes it, and tlparse's page where tlparse was installed; the links are "
+        "relative to the report's folder.</p>"
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _link(path: str, text: str) -> str:
+    return f'<a href="{_e(quote(path))}">{_e(text)}</a>'
 
 
 def _figure_html(fig: go.Figure, div_id: str) -> str:

@@ -1,0 +1,477 @@
+"""History: the same measurement followed across many reports in time order, and where it changed.
+
+One series per measured thing (target, params, configuration, device model, phase, precision) and
+metric (``METRICS``); one point per report, the median of that report's valid results (its
+replicates). Change points are ``ruptures``' candidates, each kept only if a permutation test finds
+it significant (``change_points``): every change carries the report where it starts, the levels before
+and after, the relative change and a p-value.
+
+Like the rest of the report side, nothing here imports Ray or torch.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import numpy as np
+from pydantic import BaseModel
+from rich.console import Console
+from rich.text import Text
+
+from orchestrator.report.io import ReportError, read
+from orchestrator.report.models import Report, group_label
+from orchestrator.report.render import Rows, markdown_table, ms, rich_table, seconds, times
+from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
+from tasks.models import Phase, Precision, Result
+
+Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm"]
+METRICS: Final[tuple[Metric, ...]] = ("speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm")
+
+# Change detection, tuned with benchmarks/history.py: series of 30 points, lognormal noise of 1-2.5% CV, 2% of
+# points outliers of 10-50%, a 5% step; 300 step and 1,000 flat series per noise level and setting, each
+# setting moved alone from the chosen ones. "Points" are percentage points of steps caught.
+#
+# Significance level of each change. Cleaning the observed order before permuting makes the test slightly
+# liberal: on 10,000 flat series at 2% CV, 0.52 false alarms per 100 at 0.003 and 0.83 at 0.005, too close to
+# the goal of at most 1; 0.005 caught 0-2 points more, 0.002 3-5 fewer at the same false alarms.
+ALPHA: Final = 0.003
+# Fewest points (reports) either side of a change: a change is flagged once 3 reports show it. 2 and 4 caught
+# within 1.5 points of 3; 2 lets two bad nights in a row stand for a change, 4 flags every change a report later.
+MIN_SEGMENT: Final = 3
+# Random orders per test: p resolves to 0.0005, a sixth of ALPHA; 999 and 4999 caught within a point of 1999.
+# A test of 30 points takes about 2 ms.
+PERMUTATIONS: Final = 1999
+# Candidates must gain more than PENALTY ln(n) noise variances: 2 ln n is Schwarz's criterion (BIC) for a
+# change, which adds two parameters (where, and the new level). The test decides: 1 and 3 caught the same.
+PENALTY: Final = 2.0
+# Outliers are pulled towards the median of the CLIP_WINDOW points around them: 3 let pairs of outliers through
+# (1.5 false alarms per 100); 7 did as well as 5.
+CLIP_WINDOW: Final = 5
+# ... to CLIP_SIGMAS noise deviations from it: 2.5 caught 0-3 points more than 3, and 4 lost 1-3; 2 caught 1-5
+# more than 2.5 but alarmed more (it trims the noise itself, not only outliers).
+CLIP_SIGMAS: Final = 2.5
+MAD_TO_SIGMA: Final = 1.4826  # the median absolute deviation of normal noise is 0.6745 sigma
+SEED: Final = 0  # the permutations' seed: the same reports give the same changes on every run
+
+
+class Point(BaseModel):
+    """One report's value of a series: the median over the report's valid results of it (its replicates)."""
+
+    report: str  # the report's file, as found
+    created_at: str
+    value: float
+
+
+class Change(BaseModel):
+    """A change point: ``index`` is the first point after the change, ``report`` that point's report.
+
+    ``before`` and ``after`` are the medians of the segments on either side (up to the neighbouring
+    changes); ``change`` is ``after / before - 1``; ``p`` the permutation test's p-value.
+    """
+
+    index: int
+    report: str
+    before: float
+    after: float
+    change: float
+    p: float
+
+
+class Series(BaseModel):
+    """One metric of one measured thing across the reports, oldest first, with its change points."""
+
+    target: str
+    params: dict[str, Any]
+    config: str
+    device_model: str
+    phase: Phase
+    precision: Precision
+    metric: Metric
+    points: list[Point]
+    changes: list[Change]
+
+    @property
+    def label(self) -> str:
+        """``seed.foo3 shape=[256, 256] [inductor] on A100``."""
+        group = group_label(self.target, self.params, self.phase, self.precision)
+        return f"{group} [{self.config}] on {self.device_model}"
+
+
+class History(BaseModel):
+    series: list[Series]
+
+
+# ------------------------------------------------------------------------------------------ reading
+
+
+def report_paths(patterns: Sequence[str]) -> list[Path]:
+    """The files that ``patterns`` name, each once: a file as given, a directory's ``*.json`` files (not
+    its journals), a glob's matches (directories among them expanded alike). Raises ``ReportError`` for a
+    pattern that matches no report."""
+    paths: dict[Path, Path] = {}  # the file itself -> the first name it was found by
+    for pattern in patterns:
+        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        found = [p for match in matches for p in _files(Path(match))]
+        if not found:
+            what = "no report matches" if glob.has_magic(pattern) else "no *.json report in"
+            raise ReportError(f"{what} {pattern}")
+        for p in found:
+            paths.setdefault(p.resolve(), p)
+    return list(paths.values())
+
+
+def _files(path: Path) -> list[Path]:
+    if path.is_dir():
+        return sorted(p for p in path.glob("*.json") if p.is_file())
+    return [path]  # a file, or a name that is not there: reading it says so
+
+
+def load_reports(patterns: Sequence[str]) -> list[tuple[str, Report]]:
+    """Every report ``patterns`` name, read (``orchestrator.report.read``) and ordered by ``created_at``
+    (ties by file name). Raises ``ReportError`` for a file that is not a readable report."""
+    loaded = [(str(path), read(path)) for path in report_paths(patterns)]
+    return sorted(loaded, key=lambda item: (_created(item[0], item[1]), item[0]))
+
+
+def _created(where: str, report: Report) -> datetime:
+    try:
+        when = datetime.fromisoformat(report.created_at)
+    except ValueError:
+        raise ReportError(f"{where}: created_at {report.created_at!r} is not an ISO 8601 time") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+# ------------------------------------------------------------------------------------------- series
+
+
+def metric_value(r: Result, metric: Metric) -> float | None:
+    """What one result says of one metric, or None when it says nothing valid.
+
+    Speed (``speedup``, ``eager_ms``, ``compiled_ms``, medians of the samples): ok results that did not
+    recompile inside the timed window (``valid_timing``). Compile latency (the measured compile's first
+    call): ok results whose compile used the metric's cache state; a recompile later, inside the timed
+    window, does not change the first compile.
+    """
+    if metric in ("compile_s_cold", "compile_s_warm"):
+        wanted = metric.removeprefix("compile_s_")
+        ok = r.status == "ok" and r.compile.cache == wanted
+        return r.compile_latency_s if ok else None
+    if not valid_timing(r):
+        return None
+    if metric == "speedup":
+        return r.speedup
+    side = r.eager if metric == "eager_ms" else r.compiled
+    return side.median_ms if side else None
+
+
+_Key = tuple[str, str, str, str, Phase, Precision, Metric]  # target, params (JSON), config, device model, ...
+
+
+def build_history(reports: Sequence[tuple[str, Report]]) -> History:
+    """Every series of ``reports`` (given oldest first), with its change points.
+
+    A report's point in a series is the median of its results' values for it (the replicates of one
+    experiment, and any experiment differing only in what the series leaves out, such as the seed).
+    A report with no valid value has no point in that series: a gap, never a zero.
+    """
+    values: dict[_Key, dict[int, list[float]]] = {}
+    firsts: dict[_Key, Result] = {}
+    for i, (_, report) in enumerate(reports):
+        for r in report.results:
+            params = json.dumps(r.params, sort_keys=True, default=str)
+            model = device_model(r) or UNKNOWN_DEVICE
+            for metric in METRICS:
+                value = metric_value(r, metric)
+                if value is None or not math.isfinite(value) or value <= 0:
+                    continue
+                key = (r.target, params, r.config_label, model, r.phase, r.precision, metric)
+                values.setdefault(key, {}).setdefault(i, []).append(value)
+                firsts.setdefault(key, r)
+    order = {m: n for n, m in enumerate(METRICS)}
+    series = []
+    for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
+        first = firsts[key]
+        points = [
+            Point(report=reports[i][0], created_at=reports[i][1].created_at, value=statistics.median(vs))
+            for i, vs in sorted(values[key].items())
+        ]
+        series.append(
+            Series(
+                target=first.target,
+                params=first.params,
+                config=key[2],
+                device_model=key[3],
+                phase=first.phase,
+                precision=first.precision,
+                metric=key[6],
+                points=points,
+                changes=changes_of(points),
+            )
+        )
+    return History(series=series)
+
+
+def changes_of(points: Sequence[Point]) -> list[Change]:
+    """The change points of a series, each with the medians of the segments on either side of it."""
+    values = [p.value for p in points]
+    splits = change_points(values)
+    bounds = [0, *(s.index for s in splits), len(values)]
+    out = []
+    for n, split in enumerate(splits):
+        before = statistics.median(values[bounds[n] : split.index])
+        after = statistics.median(values[split.index : bounds[n + 2]])
+        out.append(
+            Change(
+                index=split.index,
+                report=points[split.index].report,
+                before=before,
+                after=after,
+                change=after / before - 1,
+                p=split.p,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------- change detection
+
+
+@dataclass(frozen=True)
+class Split:
+    """A significant change: ``index`` is the first point after it; ``p`` the permutation test's p-value."""
+
+    index: int
+    p: float
+
+
+def change_points(
+    values: Sequence[float],
+    alpha: float = ALPHA,
+    min_segment: int = MIN_SEGMENT,
+    permutations: int = PERMUTATIONS,
+    penalty: float = PENALTY,
+) -> list[Split]:
+    """Where ``values`` (positive, in order) change level: candidates from ruptures, each kept only if a
+    permutation test between its neighbours finds it significant.
+
+    Method, on the logarithms (noise and changes are relative):
+    1. Candidates: ruptures' binary segmentation with the least-squares (``l2``) cost, on the series
+       with its outliers pulled in (``clean``) and in units of its noise deviation (``noise_sigma``),
+       splitting while a split gains more than ``penalty * ln(n)`` and leaves ``min_segment`` points or
+       more either side.
+    2. Each candidate is tested on the segment between its neighbouring candidates (``permutation_p``):
+       the fall of the ``l2`` cost at the candidate (the two-sample t statistic between its sides) on the
+       cleaned segment, against the best split's of ``permutations`` random orders of the cleaned values,
+       each searched for its own best split, so that the search is inside the null distribution (E-
+       Divisive's test, Matteson & James 2014, with this cost in place of energy distance).
+    3. Merge (Hunter's, Fleming et al. 2023): while a candidate has p > ``alpha``, the one with the
+       largest p is dropped and its two neighbours are tested again on their wider segments.
+    A series shorter than ``2 * min_segment`` has no change, and no order of a short series can reach a
+    small p: ``shortest_testable`` says how many points a change needs.
+    """
+    import ruptures as rpt  # scipy-heavy: imported only when there is a series to test
+
+    y = np.asarray(values, dtype=float)
+    if np.any(~np.isfinite(y) | (y <= 0)):
+        raise ValueError("change_points needs finite positive values (times, ratios)")
+    n = len(y)
+    x = np.log(y)
+    cleaned = clean(x)
+    if n < 2 * min_segment or np.ptp(cleaned) == 0:
+        return []
+    scale = noise_sigma(cleaned) or float(np.std(cleaned))
+    algo = rpt.Binseg(model="l2", min_size=min_segment, jump=1).fit(cleaned / scale)
+    candidates: list[int] = algo.predict(pen=penalty * math.log(n))[:-1]  # ruptures ends the list with n
+
+    def test(i: int) -> float:
+        lo = candidates[i - 1] if i > 0 else 0
+        hi = candidates[i + 1] if i + 1 < len(candidates) else n
+        return permutation_p(x[lo:hi], candidates[i] - lo, min_segment, permutations)
+
+    ps = [test(i) for i in range(len(candidates))]
+    while candidates and max(ps) > alpha:
+        weakest = ps.index(max(ps))
+        del candidates[weakest], ps[weakest]
+        for i in (weakest - 1, weakest):  # its neighbours, now either side of a wider segment
+            if 0 <= i < len(candidates):
+                ps[i] = test(i)
+    return [Split(index, p) for index, p in zip(candidates, ps, strict=True)]
+
+
+def shortest_testable(alpha: float = ALPHA, permutations: int = PERMUTATIONS) -> int:
+    """The fewest points in which a change can reach p <= ``alpha`` at all.
+
+    A permutation test cannot find an order more extreme than the most extreme of all: with m points
+    split k and m - k, that order and its mirror image are 2 of the C(m, k) orders, so p is at least
+    about 2 / C(m, m // 2) + 1 / (1 + permutations), however large the change.
+    """
+    m = 2
+    while 2 / math.comb(m, m // 2) + 1 / (1 + permutations) > alpha:
+        m += 1
+    return m
+
+
+def noise_sigma(x: np.ndarray) -> float:
+    """The noise's standard deviation from successive differences: 1.4826 MAD of the differences over
+    sqrt 2. A change of level moves one difference and an outlier two, which the median ignores."""
+    steps = np.diff(x)
+    return MAD_TO_SIGMA * float(np.median(np.abs(steps - np.median(steps)))) / math.sqrt(2)
+
+
+def clean(x: np.ndarray) -> np.ndarray:
+    """``x`` with outliers pulled to ``CLIP_SIGMAS`` noise deviations (``noise_sigma``) from the median of the
+    ``CLIP_WINDOW`` points around them.
+
+    A running median follows a change of level within half its window, so the points either side of a
+    change stay where they are, wherever the change is.
+    """
+    from scipy.ndimage import median_filter
+
+    if len(x) < CLIP_WINDOW:
+        return x
+    reach = CLIP_SIGMAS * float(noise_sigma(x))
+    around = median_filter(x, size=CLIP_WINDOW, mode="mirror")  # an end point is not its own neighbour
+    cleaned: np.ndarray = around + np.clip(x - around, -reach, reach)
+    return cleaned
+
+
+def permutation_p(segment: np.ndarray, split: int, min_segment: int, permutations: int) -> float:
+    """How often a random order of ``segment`` (log values, cleaned by ``clean`` first) has a split that
+    gains at least as much as the segment's split before point ``split``, counting the observed order
+    itself: (1 + beaten) / (1 + permutations). The observed gain is at a given split and each order's is
+    its best, which makes the test conservative; cleaning the observed order first, which makes the cleaned
+    values slightly less exchangeable than the raw ones, makes it slightly liberal (``ALPHA``)."""
+    cleaned = clean(segment)
+    gain = split_gains(cleaned[None, :], min_segment)[0, split - min_segment]
+    null = best_gains(cleaned, min_segment, permutations)
+    beaten = int(np.count_nonzero(null >= gain * (1 - 1e-9)))  # ties with the observed gain count against it
+    return (1 + beaten) / (1 + permutations)
+
+
+def best_gains(segment: np.ndarray, min_segment: int, permutations: int) -> np.ndarray:
+    """The best split's gain (``split_gains``) of each of ``permutations`` random orders of ``segment``,
+    drawn with the fixed seed ``SEED``, in chunks of about 16 MB."""
+    rng = np.random.default_rng(SEED)
+    best = np.empty(permutations)
+    chunk = max(1, 2_000_000 // len(segment))
+    for start in range(0, permutations, chunk):
+        n = min(chunk, permutations - start)
+        best[start : start + n] = split_gains(rng.permuted(np.tile(segment, (n, 1)), axis=1), min_segment).max(axis=1)
+    return best
+
+
+def split_gains(orders: np.ndarray, min_segment: int) -> np.ndarray:
+    """For each row of ``orders``, how much ruptures' ``l2`` cost falls when the row is split before
+    point k, for k = ``min_segment`` .. m - ``min_segment`` (one column each).
+
+    Closed form, every split at once: with S_k the sum of the first k of the m centred values, the
+    sides' means are S_k / k and -S_k / (m - k), and the cost falls by k m_L^2 + (m - k) m_R^2
+    = S_k^2 m / (k (m - k)).
+    """
+    m = orders.shape[1]
+    ks = np.arange(min_segment, m - min_segment + 1)
+    sums = np.cumsum(orders - orders.mean(axis=1, keepdims=True), axis=1)[:, ks - 1]
+    gains: np.ndarray = sums * sums * m / (ks * (m - ks))
+    return gains
+
+
+# ---------------------------------------------------------------------------------------- rendering
+
+_FORMATS: dict[Metric, Callable[[float | None], str]] = {
+    "speedup": times,
+    "eager_ms": ms,
+    "compiled_ms": ms,
+    "compile_s_cold": seconds,
+    "compile_s_warm": seconds,
+}
+
+
+def value_text(metric: Metric, value: float | None) -> str:
+    """A metric's value as the report's tables write it: ``2.00x``, ``1.234`` ms, ``8.12`` s."""
+    return _FORMATS[metric](value)
+
+
+def change_text(series: Series, change: Change) -> str:
+    """``nightly-07.json (2026-01-07): 2.00x -> 1.80x (-10.0%, p=0.0005)``."""
+    when = series.points[change.index].created_at[:10]
+    before, after = value_text(series.metric, change.before), value_text(series.metric, change.after)
+    return f"{change.report} ({when}): {before} -> {after} ({change.change:+.1%}, p={change.p:.2g})"
+
+
+def headline(history: History, reports: int) -> str:
+    changed = sum(bool(s.changes) for s in history.series)
+    changes = sum(len(s.changes) for s in history.series)
+    return f"{reports} report(s), {len(history.series)} series: {changes} change(s) in {changed} series"
+
+
+def rows(history: History) -> Rows:
+    """One row per series with a change: its latest value, its points and each change."""
+    headers = ["series", "metric", "latest", "points", "changes"]
+    body = [
+        [
+            s.label,
+            s.metric,
+            value_text(s.metric, s.points[-1].value),
+            str(len(s.points)),
+            "; ".join(change_text(s, c) for c in s.changes),
+        ]
+        for s in history.series
+        if s.changes
+    ]
+    return Rows("series that changed", headers, body, {"latest", "points"}, unchanged_notes(history))
+
+
+def unchanged_notes(history: History) -> list[str]:
+    """The series without a change, summarised: how many per metric, and how many are too short for a change
+    to be significant however large (``shortest_testable``)."""
+    quiet = [s for s in history.series if not s.changes]
+    if not quiet:
+        return []
+    per_metric = Counter(s.metric for s in quiet)
+    fewest = shortest_testable()
+    short = sum(len(s.points) < fewest for s in quiet)
+    counts = ", ".join(f"{metric} {per_metric[metric]}" for metric in METRICS if per_metric[metric])
+    notes = [f"{len(quiet)} series without a change ({counts})"]
+    if short:
+        notes.append(f"{short} of them have fewer than {fewest} points: too few for any change to reach p <= {ALPHA}")
+    return notes
+
+
+def print_history(console: Console, history: History, reports: int) -> None:
+    """The series that changed as a table, the others summarised, then the counts."""
+    view = rows(history)
+    if view.rows:
+        console.print(rich_table(view))
+    for note in view.notes:
+        console.print(Text(note), soft_wrap=True)
+    console.print(Text(headline(history, reports)))
+
+
+def markdown(history: History, reports: int) -> str:
+    """The same as GitHub-flavoured Markdown, for pull requests and wikis."""
+    view = rows(history)
+    out = [f"# History: {headline(history, reports)}", ""]
+    out.append(markdown_table(view) if view.rows else "No change in any series.")
+    if view.notes:
+        out += ["", *(f"- {note}" for note in view.notes)]
+    return "\n".join(out) + "\n"
+
+
+def json_text(history: History) -> str:
+    """``{"series": [...]}``: every series with its points and changes."""
+    return history.model_dump_json(indent=2) + "\n"
+
+
+def history_of(patterns: Iterable[str]) -> tuple[History, int]:
+    """Read the reports ``patterns`` name and build their history; the number of reports read with it."""
+    reports = load_reports(list(patterns))
+    return build_history(reports), len(reports)

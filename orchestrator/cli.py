@@ -338,6 +338,46 @@ def compare(
 
 
 @app.command()
+def history(
+    reports: Annotated[
+        list[str], typer.Argument(help="Reports: files, directories (their *.json reports) or globs ('runs/*.json').")
+    ],
+    format: Annotated[
+        Literal["table", "markdown", "json"], typer.Option("--format", "-f", help="table, markdown, or json.")
+    ] = "table",
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write one self-contained HTML page charting every series.")
+    ] = None,
+) -> None:
+    """Follow every measurement across REPORTS in time order (created_at) and find where it changed.
+
+    One series per target, params, configuration, device model, phase and precision, and metric
+    (speedup, eager_ms, compiled_ms, compile_s_cold, compile_s_warm); each change point with the
+    report where it starts, the levels before and after, and a p-value. Exit 2 for unreadable input.
+    """
+    from orchestrator.report import ReportError
+    from orchestrator.report.history import history_of, json_text, markdown, print_history
+
+    try:
+        found, count = history_of(reports)
+    except ReportError as e:
+        raise _fail(str(e), 2) from None
+    if format == "table":
+        print_history(out_console, found, count)
+    else:
+        sys.stdout.write(json_text(found) if format == "json" else markdown(found, count))
+    if html is not None:
+        from orchestrator.report import write_atomic
+        from orchestrator.report.history_html import render_history_html
+
+        try:
+            write_atomic(html, render_history_html(found, count))
+        except OSError as e:
+            raise _fail(f"cannot write {html}: {e.strerror or e}", 2) from None
+        err_console.print(f"HTML: {html}", highlight=False)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec file, for editors (VS Code's YAML extension) and validators."""
     import json

@@ -385,3 +385,23 @@ def test_a_location_that_cannot_take_the_report_exits_2_in_one_line_before_ray_s
     if case != "refused credentials":  # there the store refuses --out first
         assert page.output.strip().splitlines() == [lines[0].replace("--out", "--html", 1)]
     assert s3.names(f"s3://{BUCKET}/x") == [] and s3.names(f"s3://{BUCKET}/y") == []  # no probe, no journal left
+
+
+def test_history_reads_url_globs_and_folders_but_no_journal(s3):
+    from orchestrator.report import ReportError
+    from orchestrator.report.history import history_of, load_reports
+
+    prefix = s3.prefix()
+    for day, speedup in ((1, 2.0), (2, 2.1), (3, 1.0)):
+        report = make_report([make_result("a", speedup)]).model_copy(update={"created_at": f"2026-01-0{day}T00:00:00"})
+        write_report(report, f"{prefix}/nightly/day{day}.json")
+    with Journal(f"{prefix}/nightly/day4.journal") as journal:  # a run that is still going: not a report
+        journal.append(result("a"))
+    expected = [f"{prefix}/nightly/day{day}.json" for day in (1, 2, 3)]
+    for pattern in (f"{prefix}/nightly/*.json", f"{prefix}/nightly", f"{prefix}/**/*.json"):
+        assert [where for where, _ in load_reports([pattern])] == expected, pattern
+    assert history_of([f"{prefix}/nightly/*.json"])[1] == 3
+    shown = runner.invoke(app, ["history", f"{prefix}/nightly/*.json", "--format", "json"])
+    assert shown.exit_code == 0, shown.output
+    with pytest.raises(ReportError, match="no report matches"):
+        load_reports([f"{prefix}/none/*.json"])

@@ -31,6 +31,8 @@ from orchestrator.report.io import ReportError, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import Rows, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
+from orchestrator.storage import Location, StorageError, join, location, parent
+from orchestrator.storage import glob as glob_objects
 from tasks.models import Phase, Precision, Result
 
 Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm"]
@@ -113,12 +115,17 @@ class History(BaseModel):
 # ------------------------------------------------------------------------------------------ reading
 
 
-def report_paths(patterns: Sequence[str]) -> list[Path]:
+def report_paths(patterns: Sequence[str]) -> list[Location]:
     """The files that ``patterns`` name, each once: a file as given, a directory's ``*.json`` files (not
     its journals), a glob's matches (directories among them expanded alike). Raises ``ReportError`` for a
-    pattern that matches no report."""
-    paths: dict[Path, Path] = {}  # the file itself -> the first name it was found by
+    pattern that matches no report. A URL is read from its store alike: ``s3://bucket/nightly/*.json``,
+    ``s3://bucket/nightly`` (``orchestrator.storage``)."""
+    paths: dict[Location, Location] = {}  # the file itself -> the first name it was found by
     for pattern in patterns:
+        if isinstance(location(pattern), str):  # a URL: the objects of a store, each known by its URL
+            for url in _objects(pattern):
+                paths.setdefault(url, url)
+            continue
         matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
         found = [p for match in matches for p in _files(Path(match))]
         if not found:
@@ -127,6 +134,25 @@ def report_paths(patterns: Sequence[str]) -> list[Path]:
         for p in found:
             paths.setdefault(p.resolve(), p)
     return list(paths.values())
+
+
+def _objects(pattern: str) -> list[str]:
+    """A URL's reports: a glob's ``*.json`` matches, an object as given, or a folder's ``*.json`` objects;
+    never the objects of a journal (``*.journal/``). Raises ``ReportError`` when there are none."""
+    try:
+        if glob.has_magic(pattern):
+            matches = glob_objects(pattern)
+        elif pattern.endswith(".json"):
+            return [pattern]  # an object that is not there: reading it says so
+        else:
+            matches = glob_objects(join(pattern, "*.json"))
+    except StorageError as e:
+        raise ReportError(str(e)) from None
+    found = [m for m in matches if m.endswith(".json") and not parent(m).endswith(".journal")]
+    if not found:
+        what = "no report matches" if glob.has_magic(pattern) else "no *.json report in"
+        raise ReportError(f"{what} {pattern}")
+    return found
 
 
 def _files(path: Path) -> list[Path]:

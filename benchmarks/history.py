@@ -120,9 +120,16 @@ def main() -> None:
     elapsed = time.perf_counter() - start
 
     command = " ".join(["python benchmarks/history.py", *sys.argv[1:]])
-    print(f"`{command}`: series of {args.length} points, {STEP:.0%} step at {MARGIN}..{args.length - MARGIN}, ")
-    print(f"outliers on {OUTLIER_RATE:.0%} of points (10-50%); alpha {args.alpha}, min segment {args.min_segment}, ")
-    print(f"{args.permutations} permutations, penalty {args.penalty} ln(n); {elapsed:.0f} s\n")
+    print(f"`{command}` ({elapsed:.0f} s)\n")
+    print(
+        f"series of {args.length} points (reports), a {STEP:.0%} step at point {MARGIN}..{args.length - MARGIN}, ",
+        end="",
+    )
+    print(f"outliers on {OUTLIER_RATE:.0%} of points (10-50%)")
+    print(
+        f"change_points: alpha {args.alpha}, min segment {args.min_segment}, {args.permutations} permutations, ", end=""
+    )
+    print(f"penalty {args.penalty} ln(n)\n")
     print(
         "| noise CV | step series | caught (step .. +3) | within 3 | split alone | flat series "
         "| false alarms per 100 | goal met |"

@@ -154,6 +154,7 @@ def test_the_driver_stores_a_trace_beside_the_report(tmp_path, traced_result):
     assert stored.trace.log_files == [f"r.traces/{name}/{n}" for n in r.trace.log_files]
     assert stored.trace.bytes == r.trace.bytes
     assert all((tmp_path / "run" / f).stat().st_size > 0 for f in stored.trace.log_files)
+    assert all((tmp_path / "run" / f).stat().st_mode & 0o444 == 0o444 for f in stored.trace.log_files)
 
 
 @pytest.mark.skipif(tlparse_program() is None, reason="tlparse is not installed (pip install 'compilebench[trace]')")

@@ -136,6 +136,7 @@ def run(
     from orchestrator.paths import out_problem
     from orchestrator.report import print_report
     from orchestrator.report.progress import RunProgress
+    from orchestrator.storage import StorageError
 
     if address and (num_gpus is not None or num_cpus is not None):
         raise _fail("--num-gpus and --num-cpus describe a local Ray instance; drop them with --address", 2)
@@ -155,9 +156,7 @@ def run(
         gpus = f", {cluster.gpus} GPU(s)" if cluster.gpus else ""
         replicated = f" ({runs} runs with their replicates)" if runs != n else ""
         kept = f" ({len(plan.kept)} kept from the journal, {len(plan.todo)} to run)" if plan.kept else ""
-        err_console.print(
-            f"{plan.spec.name}: {n} experiments{replicated}{kept} on {len(cluster.nodes)} node(s){gpus}"
-        )
+        err_console.print(f"{plan.spec.name}: {n} experiments{replicated}{kept} on {len(cluster.nodes)} node(s){gpus}")
         for note in plan.notes:
             err_console.print(f"[yellow]note:[/yellow] {note}", highlight=False, soft_wrap=True)
         progress.progress.update(progress.task, total=len(plan.todo))
@@ -188,12 +187,14 @@ def run(
         raise _fail(str(e), 2) from None
     except ClusterError as e:
         raise _fail(str(e), 1) from None
+    except StorageError as e:  # the report could not be written to its store; the journal holds every result
+        raise _fail(f"{e} (every result is in the journal: rerun with --resume to write the report)", 1) from None
     except api.RunInterrupted as e:
         progress.stop()
         print_report(out_console, e.report)
-        total = len(plans[0].spec.experiments) if plans else len(loaded.experiments)
+        total = sum(e.replicates for e in (plans[0].spec if plans else loaded).experiments)
         err_console.print(
-            f"interrupted: {len(e.report.results)} of {total} experiments finished. "
+            f"interrupted: {len(e.report.results)} of {total} runs finished. "
             f"Report (incomplete): {out}; rerun with --resume to run the rest",
             highlight=False,
             soft_wrap=True,
@@ -340,13 +341,18 @@ def compare(
 @app.command()
 def history(
     reports: Annotated[
-        list[str], typer.Argument(help="Reports: files, directories (their *.json reports) or globs ('runs/*.json').")
+        list[str],
+        typer.Argument(
+            help="Reports: files, directories (their *.json reports) or globs ('runs/*.json'), local or URLs "
+            "('s3://bucket/nightly/*.json')."
+        ),
     ],
     format: Annotated[
         Literal["table", "markdown", "json"], typer.Option("--format", "-f", help="table, markdown, or json.")
     ] = "table",
     html: Annotated[
-        Path | None, typer.Option("--html", help="Also write one self-contained HTML page charting every series.")
+        str | None,
+        typer.Option("--html", help="Also write one self-contained HTML page charting every series (a path or URL)."),
     ] = None,
 ) -> None:
     """Follow every measurement across REPORTS in time order (created_at) and find where it changed.
@@ -369,11 +375,14 @@ def history(
     if html is not None:
         from orchestrator.report import write_atomic
         from orchestrator.report.history_html import render_history_html
+        from orchestrator.storage import StorageError
 
         try:
             write_atomic(html, render_history_html(found, count))
         except OSError as e:
             raise _fail(f"cannot write {html}: {e.strerror or e}", 2) from None
+        except StorageError as e:
+            raise _fail(str(e), 2) from None
         err_console.print(f"HTML: {html}", highlight=False)
 
 

@@ -35,8 +35,12 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
     results = {
         (r["target"], r["compile"]["method"], r["compile"]["mode"], r["compile"]["fullgraph"], r["compile"]["cache"]): r
         for r in report["results"]
+        if r["replicate"] == 0
     }
-    assert len(report["results"]) == len(results) == 10
+    assert len(report["results"]) == 12 and len(results) == 10  # seed.foo3 runs 3 replicates
+    replicated = [r for r in report["results"] if r["target"] == "seed.foo3" and r["compile"]["mode"] is None]
+    assert [r["replicate"] for r in replicated] == [0, 1, 2]
+    assert len({r["worker"]["pid"] for r in replicated}) == 3  # each in a process of its own
 
     for key, r in results.items():
         if key[:4] != ("seed.bar", "torch_compile", None, True):
@@ -63,8 +67,8 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
         "module_compile",
     }
     counts = report["summary"]["counts"]
-    assert (counts["ok"], counts["compile_error"]) == (9, 1)
-    assert sum(counts.values()) == 10
+    assert (counts["ok"], counts["compile_error"]) == (11, 1)
+    assert sum(counts.values()) == 12
 
     journal = (tmp_path / "seed.journal.jsonl").read_text().splitlines()
     assert sorted(Result.model_validate_json(line).experiment_id for line in journal) == sorted(
@@ -73,7 +77,9 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
     for column in ("target", "config", "eager ms", "compiled ms", "speedup", "cache", "breaks", "status"):
         assert column in proc.stdout
     assert "warm: hit" in proc.stdout and "cold: miss" in proc.stdout
-    assert "9 ok, 1 compile_error" in proc.stdout
+    assert "11 ok, 1 compile_error" in proc.stdout
+    assert "between runs: configurations with replicates" in proc.stdout and "3 runs" in proc.stdout
+    assert "what to ship" in proc.stdout
 
 
 def test_run_on_a_cluster_with_logical_gpus(ray_cluster, write_spec, tmp_path):

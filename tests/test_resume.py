@@ -130,9 +130,9 @@ def test_ctrl_c_writes_the_report_of_what_finished_and_exits_130(write_spec, tmp
     report = json.loads(out.read_text())
     assert report["complete"] is False
     journaled = read_journal(journal_path(out)).results
-    assert [r["experiment_id"] for r in report["results"]] == [i for i in journaled]
+    assert [r["experiment_id"] for r in report["results"]] == [key[0] for key in journaled]
     assert len(report["results"]) == 1
-    assert f"interrupted: {len(journaled)} of 6 experiments finished" in stderr
+    assert f"interrupted: {len(journaled)} of 6 runs finished" in stderr
     assert "rerun with --resume to run the rest" in stderr
 
 
@@ -148,7 +148,7 @@ def test_sigterm_interrupts_a_run_as_ctrl_c_does(write_spec, tmp_path, ray_clust
     report = info.value.report
     assert report.complete is False and 1 <= len(report.results) < 6
     assert Report.model_validate_json(out.read_text()) == report
-    assert [r.experiment_id for r in report.results] == list(read_journal(journal_path(out)).results)
+    assert [r.experiment_id for r in report.results] == [key[0] for key in read_journal(journal_path(out)).results]
     assert signal.getsignal(signal.SIGTERM) is handler
 
 

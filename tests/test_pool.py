@@ -164,4 +164,5 @@ def test_an_answer_that_is_not_a_result_is_recorded_and_the_sweep_goes_on(cluste
     results = run_experiments(experiments, cluster, executor=SkewedStub)
     assert [r.status for r in results] == ["ok", "runtime_error", "ok"]
     assert results[1].error.type == "InvalidResult"
-    assert results[1].error.message.startswith("the worker's result does not validate (from_a_newer_version: Extra inputs")
+    message = results[1].error.message
+    assert message.startswith("the worker's result does not validate (from_a_newer_version: Extra inputs")

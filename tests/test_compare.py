@@ -132,7 +132,8 @@ def test_one_failing_run_of_three_is_a_new_failure():
     failing.replicate = 1
     new_runs = make_runs("seed.foo", [1.0, 1.0, 1.0], seed=2)
     new = make_report([new_runs[0], failing, new_runs[2]])
-    (change,) = compare(base, new).changes
+    change, shipped = compare(base, new).changes
+    assert shipped.kind == "recommendation" and shipped.change == "inductor -> eager"  # failed in 1 of 3 runs
     assert (change.kind, change.regression, change.base, change.new) == (
         "new_failure",
         True,
@@ -174,12 +175,12 @@ def test_a_faster_result_is_reported_and_not_a_regression():
 def test_a_new_failure_is_always_a_regression_and_a_new_pass_is_not():
     base, new = pair({}, {"status": "compile_error", "speedup": None, "message": "Unsupported: boom"})
     c = compare(base, new)
-    assert kinds(c) == [("new_failure", True)]
+    assert kinds(c) == [("new_failure", True), ("recommendation", False)]  # nothing left to ship but eager
     assert c.changes[0].change == "Unsupported: boom" and (c.changes[0].base, c.changes[0].new) == (
         "ok",
         "compile_error",
     )
-    assert kinds(compare(new, base)) == [("new_pass", False)]
+    assert kinds(compare(new, base)) == [("new_pass", False), ("recommendation", False)]
 
 
 def test_a_graph_break_count_that_grew_is_a_regression():
@@ -364,3 +365,24 @@ def test_the_metric_option_and_json_output(tmp_path):
     (change,) = json.loads(flagged.output)["changes"]
     assert (change["kind"], change["runs"], change["test"]) == ("slower", [3, 3], WELCH)
     assert change["p_value"] < 0.05
+
+
+def test_a_changed_recommendation_is_printed_and_is_no_regression_by_itself():
+    from orchestrator.report.compare import rows
+
+    from .report_data import make_report, make_result
+
+    def report(speedup: float, name: str):
+        return make_report([make_result("seed.foo", speedup), make_result("seed.bar", 0.5)], name=name)
+
+    base, new = report(3.0, "base"), report(0.8, "new")  # inductor's lead on seed.foo gone: ship eager
+    c = compare(base, new)
+    (changed,) = [ch for ch in c.changes if ch.kind == "recommendation"]
+    assert changed.change == "inductor -> eager" and not changed.regression
+    assert changed.target == "seed.foo" and changed.new.startswith("eager (no configuration is faster beyond noise")
+    assert any(row[1] == "what to ship changed" for row in rows(c).rows)
+    assert [ch.kind for ch in compare(base, report(3.0, "again")).changes if ch.kind == "recommendation"] == []
+    stored = base.model_copy(deep=True)
+    for g in stored.summary.groups:
+        g.decision = None  # a summary written before decisions: derived again from the results
+    assert [ch.change for ch in compare(stored, new).changes if ch.kind == "recommendation"] == ["inductor -> eager"]

@@ -32,9 +32,9 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.report.compile_phases import explain, explanation
-from orchestrator.report.models import Report, group_label
+from orchestrator.report.models import Group, Report, group_label
 from orchestrator.report.render import Rows, first_line, markdown_table, ms, rich_table, seconds, times
-from orchestrator.report.summary import device_model
+from orchestrator.report.summary import device_model, summarize
 from tasks.models import Result
 from tasks.stats import geomean
 
@@ -57,6 +57,7 @@ Kind = Literal[
     "breaks_fell",
     "compile_slower",
     "compile_faster",
+    "recommendation",
 ]
 KIND_TITLES: dict[str, str] = {
     "new_failure": "newly failing",
@@ -68,6 +69,7 @@ KIND_TITLES: dict[str, str] = {
     "breaks_fell": "fewer graph breaks",
     "compile_faster": "compile latency down",
     "status_changed": "failing differently",
+    "recommendation": "what to ship changed",
 }
 
 
@@ -182,6 +184,7 @@ def compare(
         changes.extend(compiled)
         not_compared += [apart] if apart else []
         traced_apart += [_label(n[0])] if _traced(b) != _traced(n) else []
+    changes.extend(decision_changes(base, new))
     order = list(KIND_TITLES)
     changes.sort(key=lambda c: (not c.regression, order.index(c.kind)))
     missing = [_label(r[0]) for i, r in base_runs.items() if i not in new_runs]
@@ -216,6 +219,41 @@ def compare(
         allow_missing=t.allow_missing,
         runs=dict(runs),
     )
+
+
+def decision_changes(base: Report, new: Report) -> list[Change]:
+    """Groups (target, params, device model, phase, precision) whose recommendation differs: printed, never
+    a regression by itself (the runs behind it are judged above). A summary written before decisions is
+    derived again from its results."""
+    decided = [_decided_groups(report) for report in (base, new)]
+    changes = []
+    for key, bg in decided[0].items():
+        ng = decided[1].get(key)
+        b, n = bg.decision, ng.decision if ng else None
+        if ng is None or b is None or n is None or b.recommend == n.recommend:
+            continue
+        changes.append(
+            Change(
+                kind="recommendation",
+                experiment_id="",
+                target=bg.label,
+                config="-",
+                device_model=bg.device_model,
+                base=f"{b.recommend} ({b.reason})",
+                new=f"{n.recommend} ({n.reason})",
+                change=f"{b.recommend} -> {n.recommend}",
+                runs=(bg.results, ng.results),
+                regression=False,
+            )
+        )
+    return changes
+
+
+def _decided_groups(report: Report) -> dict[tuple[str, str], Group]:
+    summary = report.summary
+    if any(g.decision is None for g in summary.groups):
+        summary = summarize(report.results)
+    return {(g.device_model, g.label): g for g in summary.groups if g.decision is not None}
 
 
 def runs_by_experiment(report: Report) -> dict[str, list[Result]]:

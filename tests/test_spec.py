@@ -199,7 +199,7 @@ def test_cli_bad_spec_is_one_line_exit_2_and_starts_nothing(write_spec, tmp_path
 
 def test_cache_state_is_checked(write_spec):
     msg = error_of(write_spec, "name: x\nexperiments:\n  - target: seed.foo\n    compile: {cache: lukewarm}\n")
-    assert msg == "spec.yaml: experiments[0].compile.cache: input should be 'cold' or 'warm' (got 'lukewarm')"
+    assert msg == "spec.yaml: experiments[0].compile.cache: input should be 'cold', 'warm' or 'shared' (got 'lukewarm')"
 
 
 def test_time_budgets_must_be_positive(write_spec):

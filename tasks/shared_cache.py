@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import tempfile
 import time
 from collections.abc import Mapping
@@ -95,8 +96,6 @@ def device_model(device: Any) -> str | None:
     if device.type == "cuda":
         major, minor = torch.cuda.get_device_capability(device)
         return f"{torch.cuda.get_device_name(device)} (sm_{major}{minor})"
-    import platform
-
     return cpu_model() or platform.machine() or None
 
 

@@ -326,7 +326,7 @@ def s3_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     import s3fs
 
     for name, value in {
@@ -337,7 +337,8 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     }.items():
         monkeypatch.setenv(name, value)
     s3fs.S3FileSystem.clear_instance_cache()  # a client made before reads no endpoint from here
-    return s3_server
+    yield s3_server
+    s3fs.S3FileSystem.clear_instance_cache()  # nor does a later test reach this server through a cached client
 
 
 def test_blobs_and_the_check_against_a_real_s3_api(s3_env):

@@ -76,7 +76,10 @@ class S3:
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3]:
+    import s3fs
     from moto.server import ThreadedMotoServer
+
+    s3fs.S3FileSystem.clear_instance_cache()  # fsspec keeps clients; one made earlier points at another endpoint
 
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
@@ -96,6 +99,7 @@ def s3() -> Iterator[S3]:
             yield store
         finally:
             server.stop()
+            s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture

@@ -251,12 +251,18 @@ def _read_report(path: str) -> Report:
 
 
 def _write_html(report: Report, path: str) -> None:
-    from orchestrator.report import write_atomic
     from orchestrator.report.html import render_html
+
+    _write_page(render_html(report), path)
+
+
+def _write_page(text: str, path: str) -> None:
+    """Write an HTML page to a path or URL; a place that cannot take it is exit 2, one line."""
+    from orchestrator.report import write_atomic
     from orchestrator.storage import StorageError
 
     try:
-        write_atomic(path, render_html(report))
+        write_atomic(path, text)
     except StorageError as e:
         raise _fail(f"cannot write {e}", 2) from None
     except OSError as e:
@@ -373,16 +379,9 @@ def history(
     else:
         sys.stdout.write(json_text(found) if format == "json" else markdown(found, count))
     if html is not None:
-        from orchestrator.report import write_atomic
         from orchestrator.report.history_html import render_history_html
-        from orchestrator.storage import StorageError
 
-        try:
-            write_atomic(html, render_history_html(found, count))
-        except OSError as e:
-            raise _fail(f"cannot write {html}: {e.strerror or e}", 2) from None
-        except StorageError as e:
-            raise _fail(str(e), 2) from None
+        _write_page(render_history_html(found, count), html)
         err_console.print(f"HTML: {html}", highlight=False)
 
 

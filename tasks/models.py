@@ -516,6 +516,9 @@ class CompileCache(BaseModel):
     entries, in ``load_s`` seconds, before anything compiled); ``stored_bytes`` what this run
     stored there after it compiled (0: nothing new to store); ``shared_note`` why nothing was
     loaded or stored, where that is so. The counts above then say what the load served.
+
+    ``isa_probe_s`` (a fresh process on a CPU, inductor): inductor's once-per-process probe of the
+    CPU's vector instructions, run before the measured compile and not counted in its latency.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -536,6 +539,7 @@ class CompileCache(BaseModel):
     load_s: float | None = None
     stored_bytes: int = 0
     shared_note: str | None = None
+    isa_probe_s: float | None = None
 
     @property
     def outcome(self) -> Literal["hit", "miss", "mixed", "bypass", "none"]:

@@ -31,6 +31,7 @@ from tasks.compiling import (
     eager_callable,
     forget_compiled,
     needs_own_check_compile,
+    probe_cpu_isa,
 )
 from tasks.dynamo_watch import DynamoWatch
 from tasks.failures import out_of_memory
@@ -173,6 +174,8 @@ def _run(
         return draft.finish(exp, "runtime_error", e)
     # Shared: the artifacts stored for this compile loaded into the empty local caches, before anything compiles.
     shared = SharedCache.load(exp, device, placement.compile_cache) if exp.compile.cache == "shared" else None
+    # A fresh process: inductor's probe of the CPU, once per process, run and timed before anything compiles.
+    isa_probe_s = probe_cpu_isa(device, exp.compile) if exp.compile.cache != "warm" else None
     with precision.active(exp.precision, device), phases.grad_mode(exp.phase):
         if exp.replay is not None:  # shape traffic in place of one shape's timing
             result = _replay(exp, device, timer, draft)
@@ -181,6 +184,8 @@ def _run(
     if shared is not None:  # after everything was measured: what this process compiled, stored for the others
         shared.store()
         result.compile_cache = shared.recorded(result.compile_cache)
+    if isa_probe_s is not None and result.compile_cache is not None:
+        result.compile_cache = result.compile_cache.model_copy(update={"isa_probe_s": round(isa_probe_s, 4)})
     return result
 
 

@@ -1,5 +1,6 @@
 """benchmarks/compile_cache.py runs and prints its figure: per target, the first and second run's compile
-time and their fraction, locally through the CLI and across two nodes; the second run loaded and hit."""
+time and their fraction, locally through the CLI and across two nodes; the second run loaded and hit; the
+CPU probe ran apart."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from benchmarks.compile_cache import spec_of
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(
-    r"^\| blocks\.softmax \| 1 \| (\d+\.\d) \| (\d+\.\d) \| (\d+)% \| (met|NOT met) \| 1/1 \| (\d+)/0 \| (\d+)/0 \| "
-    r"\d+\.\d \|$",
+    r"^\| blocks\.softmax \| 1 \| (\d+\.\d) \| (\d+\.\d) \| (\d+)% \| (met|NOT met) \| \d+\.\d / \d+\.\d \| \d+% \| "
+    r"1/1 \| (\d+)/0 \| (\d+)/0 \| \d+\.\d \| (\d+\.\d) / (\d+\.\d) \|$",
     re.M,
 )
 
@@ -46,11 +47,12 @@ def test_quick_run_prints_both_tables_with_a_loaded_second_run():
     assert "`python benchmarks/compile_cache.py --quick`" in out  # the command that printed it
     rows = ROW.findall(out)
     assert len(rows) == 2, out  # local, then across the two nodes
-    for first, second, percent, verdict, fx_hits, ag_hits in rows:
+    for first, second, percent, verdict, fx_hits, ag_hits, probe_first, probe_second in rows:
         assert float(first) > 0 and float(second) > 0
         assert abs(100 * float(second) / float(first) - int(percent)) <= 2  # shown rounded
         assert int(percent) <= 15 if verdict == "met" else int(percent) >= 15
         assert int(fx_hits) >= 1 and int(ag_hits) >= 1  # the second run loaded, and its compile hit
+        assert float(probe_first) > 0 and float(probe_second) > 0  # the CPU probe ran apart in both fresh processes
     assert "Two nodes of a ray.cluster_utils.Cluster" in out
     first, second = re.findall(r"^\| (first|second): .* \| (\d+) \| \d+\.\d \| \d+\.\d \|", out, re.M)
     assert first == ("first", "0") and second[0] == "second" and int(second[1]) >= 1, out  # the breakdown's hit

@@ -4,6 +4,8 @@ callable that is compiled."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 import tasks.compiling
@@ -80,6 +82,27 @@ def test_cold_compiles_from_empty_directories_and_misses():
     assert cache.state == "cold" and not cache.primed
     assert cache.fxgraph_miss == 1 and cache.fxgraph_hit == 0 and cache.autograd_hit == 0
     assert cache.label == "cold: miss"
+
+
+def test_a_fresh_process_probes_the_cpu_before_the_measured_compile_and_records_it_apart(monkeypatch):
+    import torch._inductor.cpu_vec_isa as vec_isa
+
+    probed = []
+    real = vec_isa.pick_vec_isa
+
+    def slow_probe():  # inductor asks again on every CPU kernel: only the first call probes
+        if not probed:
+            time.sleep(0.3)
+        probed.append(time.perf_counter())
+        return real()
+
+    monkeypatch.setattr(vec_isa, "pick_vec_isa", slow_probe)
+    cold = run("tests.compile_targets:make_gelu_sin", params={"size": 44}, compile={"cache": "cold"})
+    assert cold.status == "ok", cold.error
+    assert cold.compile_cache.isa_probe_s >= 0.3  # the first ask came from the probe, before the compile
+    warm = run("tests.compile_targets:make_gelu_sin", params={"size": 44})  # the priming compile paid it
+    eager = run("tests.compile_targets:make_gelu_sin", compile={"backend": "eager", "cache": "cold"})
+    assert warm.compile_cache.isa_probe_s is None and eager.compile_cache.isa_probe_s is None
 
 
 def test_a_backend_without_inductor_records_no_cache_use():

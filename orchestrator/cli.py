@@ -364,7 +364,7 @@ def history(
     """Follow every measurement across REPORTS in time order (created_at) and find where it changed.
 
     One series per target, params, configuration, device model, phase and precision, and metric
-    (speedup, eager_ms, compiled_ms, compile_s_cold, compile_s_warm); each change point with the
+    (speedup, eager_ms, compiled_ms, compile_s_cold, compile_s_warm, compile_s_shared); each change point with the
     report where it starts, the levels before and after, and a p-value. Exit 2 for unreadable input.
     """
     from orchestrator.report import ReportError

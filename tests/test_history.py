@@ -118,6 +118,18 @@ def test_each_speed_metric_and_compile_latency_by_cache_state():
     assert cold == {"speedup": 2.0, "eager_ms": 2.0, "compiled_ms": 1.0, "compile_s_cold": 20.0}
 
 
+def test_shared_compile_latency_is_a_series_of_loaded_compiles_only():
+    from tasks.models import CompileCache
+
+    def shared(compile_s: float, loaded: bool) -> Result:
+        r = result(2.0, cache="shared", compile_s=compile_s)
+        return r.model_copy(update={"compile_cache": CompileCache(state="shared", loaded=loaded)})
+
+    history = build_history([("a.json", report([shared(9.0, False)], 1)), ("b.json", report([shared(1.5, True)], 2))])
+    series = [s for s in history.series if s.metric == "compile_s_shared"]
+    assert len(series) == 1 and [p.value for p in series[0].points] == [1.5]  # the empty cache's compile is no point
+
+
 def test_a_report_without_a_valid_result_has_no_point_not_a_zero():
     reports = [
         ("a.json", report([result(2.0)], 1)),

@@ -19,8 +19,8 @@ Method (``decide``):
    the values (weights normalised); the compile is ``replay.compile_s``, every compile of the first pass,
    recompiles included. At N equal to the replay's own calls, its first-pass totals (``total_ms``) are the
    time for N calls, measured rather than modelled, and are used. A group of replays without
-   ``decision.calls`` is weighed over the replay's own calls: a replay has no interval to rank by, and the
-   traffic it replayed is the question it asks.
+   ``decision.calls`` is weighed over the replay's own calls: the traffic it replayed is the question it
+   asks.
 5. **Compile latency** (``compile_label``): a configuration's own, the median over its results, labelled
    as the caches served it (``warm: hit``; ``summary.compile_latencies`` picks the results). Where the
    group also measured the same configuration cold (``compile.cache: cold``), the cold latency is charged
@@ -124,7 +124,7 @@ def decision_calls(results: Sequence[Result]) -> tuple[int | None, list[str]]:
     if not replayed:
         return None, []
     calls = replayed.most_common(1)[0][0]
-    return calls, [f"weighed over the {calls:,} calls the replay served (no decision.calls): a replay has no interval"]
+    return calls, [f"weighed over the {calls:,} calls the replay served (no decision.calls)"]
 
 
 def describe(label: str, results: Sequence[Result], ranked: Ranked | None) -> tuple[ConfigDecision, Exclusion | None]:

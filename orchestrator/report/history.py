@@ -35,8 +35,15 @@ from orchestrator.storage import Location, StorageError, join, location, parent
 from orchestrator.storage import glob as glob_objects
 from tasks.models import Phase, Precision, Result
 
-Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm"]
-METRICS: Final[tuple[Metric, ...]] = ("speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm")
+Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm", "compile_s_shared"]
+METRICS: Final[tuple[Metric, ...]] = (
+    "speedup",
+    "eager_ms",
+    "compiled_ms",
+    "compile_s_cold",
+    "compile_s_warm",
+    "compile_s_shared",
+)
 
 # Change detection, tuned with benchmarks/history.py: series of 30 points, lognormal noise of 1-2.5% CV, 2% of
 # points outliers of 10-50%, a 5% step; 300 step and 1,000 flat series per noise level and setting, each
@@ -185,11 +192,15 @@ def metric_value(r: Result, metric: Metric) -> float | None:
     Speed (``speedup``, ``eager_ms``, ``compiled_ms``, medians of the samples): ok results that did not
     recompile inside the timed window (``valid_timing``). Compile latency (the measured compile's first
     call): ok results whose compile used the metric's cache state; a recompile later, inside the timed
-    window, does not change the first compile.
+    window, does not change the first compile. ``compile_s_shared`` takes only shared compiles that
+    loaded artifacts from the shared cache: one that found it empty compiled like a cold one, and a
+    series mixing both would show the cache's state, not the compile's.
     """
-    if metric in ("compile_s_cold", "compile_s_warm"):
+    if metric in ("compile_s_cold", "compile_s_warm", "compile_s_shared"):
         wanted = metric.removeprefix("compile_s_")
         ok = r.status == "ok" and r.compile.cache == wanted
+        if wanted == "shared":
+            ok = ok and r.compile_cache is not None and r.compile_cache.loaded
         return r.compile_latency_s if ok else None
     if not valid_timing(r):
         return None
@@ -418,6 +429,7 @@ _FORMATS: dict[Metric, Callable[[float | None], str]] = {
     "compiled_ms": ms,
     "compile_s_cold": seconds,
     "compile_s_warm": seconds,
+    "compile_s_shared": seconds,
 }
 
 

@@ -23,6 +23,7 @@ AXIS_TITLES: Final = {
     "compiled_ms": "compiled median, ms",
     "compile_s_cold": "compile latency (cold caches), s",
     "compile_s_warm": "compile latency (warm caches), s",
+    "compile_s_shared": "compile latency (loaded from the shared cache), s",
 }
 CHANGE_COLOR: Final = "#c0392b"
 MIN_Y_PAD: Final = 0.02  # the y axis spans at least 2% of a series' largest value either side of it

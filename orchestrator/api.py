@@ -19,6 +19,7 @@ from orchestrator.report import Report, build_report, write_report
 from orchestrator.runner import OnResult, run_experiments
 from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
 from orchestrator.storage import Location
+from orchestrator.traces import clear_traces
 from tasks.models import Calibration, Experiment, Result, WorkerLimits
 
 __all__ = [
@@ -85,7 +86,8 @@ def run(
     the journal holds, each run once (an experiment with ``replicates: k`` has k), in spec
     order. A journal that already holds results makes the run refuse (``JournalError``) before
     anything starts, unless ``resume`` (keep them; run only the runs they do not cover: raising
-    ``replicates`` runs only the new replicates) or ``overwrite`` (start over).
+    ``replicates`` runs only the new replicates) or ``overwrite`` (start over: the earlier
+    run's traces beside the report, ``REPORT.traces/``, go too; ``resume`` keeps them).
 
     ``pending_timeout_s``: how long an experiment no current node can hold waits for one to
     join (an autoscaling cluster); default ``DEFAULT_PENDING_TIMEOUT_S`` with an ``address``,
@@ -112,8 +114,11 @@ def run(
     shared_cache = check_compile_cache(compile_cache, spec.experiments)  # CompileCacheError before Ray starts
     out = check_out(out)  # OutPathError before Ray starts, not after the sweep
     with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
+        not_cleared = clear_traces(out) if overwrite else None  # held by this run now: no other writes them
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
         plan = make_plan(spec, cluster, journal.previous)
+        if not_cleared:
+            plan.notes.append(not_cleared)
         if on_start is not None:
             on_start(plan)
         pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0

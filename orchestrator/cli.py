@@ -64,7 +64,10 @@ def run(
     resume: Annotated[
         bool, typer.Option("--resume", help="Keep the results in OUT's journal and run only the rest.")
     ] = False,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Start over, emptying OUT's journal.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option("--overwrite", help="Start over, emptying OUT's journal and removing its traces (OUT.traces/)."),
+    ] = False,
     pending_timeout: Annotated[
         float,
         typer.Option(min=0, help="With --address: seconds an experiment waits for a node that can hold it to join."),

@@ -29,9 +29,13 @@ over, an explicit deletion). It has two layouts, with the same contents and the 
   lasts. A second run refuses to start while the lease is live, ``overwrite`` or not (as the
   lock does). A lease is stale when it was not renewed for ``LEASE_STALE_S``, or at once when
   it names a process of this host that is gone (a driver killed on the same node, as a
-  resubmitted ``ray job`` is); a stale lease is taken over. Limits: staleness compares the
-  holder's clock with the reader's (cluster clocks agree to a second or so); taking a stale
-  lease over is a delete then an exclusive create, so of two runs doing it at once the
+  resubmitted ``ray job`` is); a stale lease is taken over. How long it went unrenewed is read
+  off the store's own clock alone: the time the store says it last wrote the lease object,
+  against the time it says it wrote a probe object (``lease-probe-<token>``) the reader has just
+  written and deletes at once; neither the holder's clock nor the reader's enters, so hosts
+  whose clocks disagree judge a lease alike. (A store that reports no modification times is
+  judged by the ``renewed_at`` the holder wrote, against the reader's clock.) Limits: taking a
+  stale lease over is a delete then an exclusive create, so of two runs doing it at once the
   second may delete the first's new lease; and a run whose lease was taken (stalled past
   ``LEASE_STALE_S``) learns it at its next renewal and stops at its next result, but may have
   written one more object meanwhile.
@@ -54,8 +58,9 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import ValidationError
 
@@ -69,9 +74,13 @@ JOURNAL_SUFFIX = ".journal.jsonl"  # a local journal: one file beside the report
 OBJECT_JOURNAL_SUFFIX = ".journal"  # a journal in a store: a prefix of objects beside the report
 SEQUENCE_DIGITS = 8  # result objects' sequence, zero-padded: names sort in arrival order up to 10**8 results
 LEASE_NAME = "lease.json"
+LEASE_PROBE_PREFIX = "lease-probe-"  # + a reader's token: written, its time read, deleted
 LEASE_RENEW_S = 30.0  # how often a run rewrites its lease
 LEASE_STALE_S = 120.0  # a lease not renewed for this long (four renewals missed) belongs to a run that is gone
 
+# Where fsspec's ``info()`` puts an object's modification time: s3fs, adlfs, local files and gcsfs,
+# gcsfs's raw field; ``created`` (the memory store) where the store rewrites an object as a new one.
+_MODIFIED_KEYS = ("LastModified", "last_modified", "mtime", "updated", "created")
 _RESULT_NAME = re.compile(r"^(\d+)-.*\.json$")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -319,8 +328,8 @@ class Lease:
 
     host: str
     pid: int
-    started_at: float  # epoch seconds, the holder's clock
-    renewed_at: float
+    started_at: float  # epoch seconds, the holder's clock: for people
+    renewed_at: float  # the holder's clock: staleness is judged by the store's (``_ObjectLog.lease_age``)
     token: str  # random: tells this run's lease from a later one of the same process
 
     @staticmethod
@@ -346,17 +355,19 @@ class Lease:
     def encode(self) -> bytes:
         return json.dumps(asdict(self)).encode()
 
-    def stale(self, now: float) -> str | None:
-        """Why the run holding this lease is gone, or None when it may still be running."""
+    def stale(self, age_s: float) -> str | None:
+        """Why the run holding this lease is gone, or None when it may still be running; ``age_s``:
+        seconds since the lease was last written."""
         if self.host == socket.gethostname() and not _alive(self.pid):
             return f"its process {self.pid} on this host is gone"
-        if now - self.renewed_at > LEASE_STALE_S:
-            return f"not renewed for {now - self.renewed_at:.0f} s"
+        if age_s > LEASE_STALE_S:
+            return f"not renewed for {age_s:.0f} s"
         return None
 
-    def describe(self, now: float) -> str:
+    def describe(self, age_s: float | None = None) -> str:
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
-        return f"host {self.host}, pid {self.pid}, since {started}, renewed {max(now - self.renewed_at, 0):.0f} s ago"
+        renewed = f", renewed {age_s:.0f} s ago" if age_s is not None else ""
+        return f"host {self.host}, pid {self.pid}, since {started}{renewed}"
 
 
 def _alive(pid: int) -> bool:
@@ -411,11 +422,11 @@ class _ObjectLog:
                 pass
             except Exception as e:
                 raise JournalError(problem(e, self.url)) from None
-            now = time.time()
             held = self._read_lease()
-            if held is not None and held.stale(now) is None:
+            age = self.lease_age(held) if held is not None else None
+            if held is not None and age is not None and held.stale(age) is None:
                 raise JournalError(
-                    f"{self.url} is being written by another compilebench run ({held.describe(now)}); wait for it or "
+                    f"{self.url} is being written by another compilebench run ({held.describe(age)}); wait for it or "
                     f"choose another --out (a run that is gone loses its lease {LEASE_STALE_S:.0f} s after its last "
                     "renewal)"
                 )
@@ -431,6 +442,34 @@ class _ObjectLog:
             if self.fs.exists(key):
                 raise FileExistsError(key) from None
             self.fs.pipe_file(key, data)
+
+    def lease_age(self, held: Lease) -> float | None:
+        """Seconds since the lease object was last written, by the store's clock: its modification
+        time against that of a probe object written now. None when the lease object is gone. A
+        store that reports no modification times: ``held.renewed_at`` against this host's clock."""
+        try:
+            written = self._modified(self.lease_key)
+        except FileNotFoundError:
+            return None
+        now = self._store_now() if written is not None else None
+        if written is None or now is None:
+            return max(time.time() - held.renewed_at, 0.0)
+        return max(now - written, 0.0)
+
+    def _store_now(self) -> float | None:
+        """The store's time now: when it says it wrote a probe object (deleted at once)."""
+        probe = join(self.root, LEASE_PROBE_PREFIX + self.lease.token)
+        try:
+            self.fs.pipe_file(probe, b"")
+            return self._modified(probe)
+        finally:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(probe)
+
+    def _modified(self, key: str) -> float | None:
+        """When the store last wrote ``key`` (epoch seconds), or None when it does not say."""
+        self.fs.invalidate_cache(key)  # info() may answer from a listing made before the last write
+        return _modified_time(self.fs.info(key))
 
     def _read_lease(self) -> Lease | None:
         try:
@@ -477,7 +516,7 @@ class _ObjectLog:
         """Rewrite the lease with a new ``renewed_at``, unless another run has taken it (``lost``)."""
         held = self._read_lease()
         if held is None or held.token != self.lease.token:
-            who = f"({held.describe(time.time())})" if held else "(its lease object is gone)"
+            who = f"({held.describe()})" if held else "(its lease object is gone)"
             self.lost = (
                 f"{self.url}: this run lost the journal's lease to another run {who}; it stops here: rerun with "
                 "--resume once no other run writes there"
@@ -495,3 +534,20 @@ class _ObjectLog:
             self._held = False
             with contextlib.suppress(Exception):  # left behind, the lease goes stale on its own
                 self.fs.rm_file(self.lease_key)
+
+
+def _modified_time(info: dict[str, Any]) -> float | None:
+    """An object's modification time in fsspec's ``info()``, as epoch seconds: a ``datetime`` (one
+    without a zone is UTC), a number, or an ISO 8601 string; None where there is none."""
+    for key in _MODIFIED_KEYS:
+        value = info.get(key)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None

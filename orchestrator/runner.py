@@ -6,9 +6,11 @@ policy for a plan and carry it out (retire and start workers, dispatch experimen
 results that need no worker), wait for what comes back until the next deadline, tell the
 policy, record every final result once (journal first, then ``on_result``), kill the workers
 whose experiment passed its deadline, the workers not started by theirs, and the workers that
-asked to retire with their result. On a local instance (``pending_timeout_s=0``) an
-experiment no node can hold is recorded at once; against a cluster that scales, the policy
-waits for a node that fits and the autoscaler is asked for the capacity still wanted.
+asked to retire with their result. A traced result's trace is stored and rendered off the loop
+(``orchestrator.traces.TraceStore``); the result is recorded once it is, results still in the
+order they arrived. On a local instance (``pending_timeout_s=0``) an experiment no node can
+hold is recorded at once; against a cluster that scales, the policy waits for a node that fits
+and the autoscaler is asked for the capacity still wanted.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from orchestrator.journal import Journal, RunKey, run_key
 from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
 from orchestrator.pool import Died, Executor, Finished, Pool, Ready
 from orchestrator.storage import Location
-from orchestrator.traces import store_trace
+from orchestrator.traces import TraceStore
 from tasks.models import Calibration, ErrorInfo, Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
@@ -50,8 +52,11 @@ def run_experiments(
 
     An ``Experiment`` stands for all its runs (``replicates``), a ``Run`` for itself
     (``orchestrator.policy.runs_of``: every experiment's run 0 first, then each run 1, ...).
-    ``report``: where the report will be written; a traced result's trace is stored beside it as
-    the result arrives, before it is journaled (``orchestrator.traces``).
+    ``report``: where the report will be written; a traced result's trace is stored beside it
+    (tlparse's page included) on a thread beside the scheduling loop, and the result journaled
+    once it is, after every result that arrived before it (``orchestrator.traces.TraceStore``):
+    a slow tlparse holds up no dispatch. Every result is journaled before this returns, or
+    raises KeyboardInterrupt.
 
     ``cluster`` is the cluster joined (``orchestrator.cluster.connect``); its nodes are the
     first view of it, listed again as the sweep runs. ``pending_timeout_s`` is how long an
@@ -75,10 +80,13 @@ def run_experiments(
     pool = Pool(executor, worker_limits, calibrate=calibrate or exclude_slow, compile_cache=compile_cache)
     results: dict[RunKey, Result] = {}
     requested: list[dict[str, float]] = []
+    traces = TraceStore(report)  # the trace's files beside the report, the result naming them
+    settle = True  # record every result that arrived when the loop ends
 
     def record(result: Result) -> None:
-        if report is not None:
-            result = store_trace(result, report)  # the trace's files beside the report, the result naming them
+        traces.add(result)  # committed once its trace is stored, in arrival order
+
+    def commit(result: Result) -> None:
         results[run_key(result)] = result
         if journal is not None:
             journal.append(result)
@@ -89,6 +97,8 @@ def run_experiments(
         scheduler.observe_nodes(cluster.nodes)
         next_poll = time.time() + NODE_POLL_S
         while not scheduler.done:
+            for stored in traces.ready():
+                commit(stored)
             now = time.time()
             if now >= next_poll:
                 scheduler.observe_nodes(pool.nodes())
@@ -143,10 +153,16 @@ def run_experiments(
                 pool.kill(worker_id)
                 if expired is not None:
                     record(expired)
+    except BaseException as e:
+        settle = isinstance(e, KeyboardInterrupt)  # an interrupt still records what arrived before it
+        raise
     finally:
         pool.shutdown()
         if requested:
             pool.request([])
+        with traces:
+            for stored in traces.finish() if settle else ():
+                commit(stored)
     return [results[(run.experiment.id, run.replicate)] for run in runs]
 
 

@@ -10,6 +10,12 @@ report's folder, instead of the bytes. Where the ``tlparse`` program is installe
 ``tlparse LOG -o DIR --no-browser`` into ``tlparse/`` in the same folder (``tlparse/index.html``
 is the page to open): a page per compile with its graphs, output code, guards and timings.
 
+Storing and rendering run beside the scheduling loop (``TraceStore``: a few threads owned by the
+run), so that a slow tlparse never holds up the next experiment's dispatch. A result enters the
+journal once, whole: after its trace is stored and rendered, and in the order the results arrived
+(a result behind a trace still being rendered waits for it, in memory). A run that starts over
+(``overwrite``) removes the earlier run's ``REPORT.traces/`` with its journal (``clear_traces``).
+
 Nothing here fails a run: a trace that cannot be stored or rendered is an ``error`` in its result.
 """
 
@@ -19,6 +25,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from orchestrator.storage import Location, StorageError, join, name_of, open_location, parent, problem, write_bytes
@@ -28,6 +37,7 @@ from tasks.tracing import unpack
 TRACES_SUFFIX = ".traces"  # out/r.json -> out/r.traces/
 TLPARSE_FOLDER = "tlparse"  # in each trace's folder: tlparse's pages, index.html first
 TLPARSE_TIMEOUT_S = 300.0  # one log; tlparse reads a 150 KB log in about 0.1 s here
+TRACE_THREADS = 2  # traces stored and rendered at once on the driver: tlparse uses a core each
 
 
 def traces_folder(report: Location) -> Location:
@@ -80,6 +90,74 @@ def store_trace(result: Result, report: Location) -> Result:
         error=info.error or render_error,
     )
     return _with(result, stored)
+
+
+class TraceStore:
+    """The traces of a run's results stored beside ``report`` on ``threads`` threads, the results
+    handed back in the order they arrived.
+
+    ``add`` takes each final result as it arrives: one with a packed trace is stored
+    (``store_trace``, tlparse included) on a thread, any other is ready at once; ``report=None``
+    stores nothing. ``ready`` hands back, without waiting, the results whose turn has come (each
+    stored, and every one that arrived before it); ``finish`` waits for the rest. Each result is
+    handed back once. ``close`` (or leaving the ``with`` block) cancels what has not started and
+    waits for what has.
+    """
+
+    def __init__(self, report: Location | None, threads: int = TRACE_THREADS) -> None:
+        self.report = report
+        self._queue: deque[Future[Result]] = deque()
+        self._threads = ThreadPoolExecutor(threads, thread_name_prefix="compilebench-trace")
+
+    def add(self, result: Result) -> None:
+        if self.report is None or result.trace is None or result.trace.archive is None:
+            done: Future[Result] = Future()
+            done.set_result(result)
+            self._queue.append(done)
+            return
+        self._queue.append(self._threads.submit(store_trace, result, self.report))
+
+    def ready(self) -> Iterator[Result]:
+        """The results at the head of the queue that are stored, oldest first; never waits."""
+        while self._queue and self._queue[0].done():
+            yield self._queue.popleft().result()
+
+    def finish(self) -> Iterator[Result]:
+        """Every result left, oldest first, each waited for in turn."""
+        while self._queue:
+            yield self._queue.popleft().result()
+
+    def close(self) -> None:
+        self._queue.clear()
+        self._threads.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def clear_traces(report: Location) -> str | None:
+    """Remove ``traces_folder(report)`` and everything in it, as a run that starts over does; why
+    it could not be removed (one line), else None (removed, or there was none)."""
+    folder = traces_folder(report)
+    if isinstance(folder, Path):
+        try:
+            shutil.rmtree(folder)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            return f"the earlier run's traces in {folder} were not removed: {e}"
+        return None
+    try:
+        fs, path = open_location(folder)
+        fs.invalidate_cache(path)
+        if fs.exists(path):
+            fs.rm(path, recursive=True)
+    except Exception as e:
+        return f"the earlier run's traces were not removed: {problem(e, folder)}"
+    return None
 
 
 def render(logs: list[Path], out: Path) -> tuple[bool, str | None]:

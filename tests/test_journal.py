@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import Journal, JournalError, journal_path, read_journal
+from orchestrator.journal import LEASE_NAME, Journal, JournalError, Lease, _modified_time, journal_path, read_journal
 from tasks.models import CompileConfig, Result, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,3 +139,30 @@ def test_replicates_of_one_experiment_are_runs_of_their_own(tmp_path):
     assert list(contents.results) == [("a", 0), ("a", 1), ("a", 2)]
     assert contents.results[("a", 1)].started_at != 9.0
     assert "1 repeated result(s) of a run" in contents.warnings[0]
+
+
+def test_a_lease_in_a_store_without_s3s_times_is_judged_by_the_stores_clock():
+    import fsspec
+
+    url = f"memory://journals/{uuid.uuid4().hex}/r.journal"
+    fs = fsspec.filesystem("memory")
+    fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 1, 0.0, 0.0, "1970").encode())  # its clock says 1970
+    live = r"\(host another-host, pid 1, since 1970-01-01 00:00:00 UTC, renewed \d s ago\)"
+    with pytest.raises(JournalError, match=live):
+        Journal(url)  # the store wrote it just now: live
+    fs.rm_file(f"{url}/{LEASE_NAME}")
+    with Journal(url) as journal:
+        journal.append(result("a"))
+    assert list(read_journal(url).results) == [("a", 0)]
+    assert [p.rpartition("/")[2] for p in fs.ls(url, detail=False)] == ["00000000-a-r0.json"]  # no lease, no probe
+
+
+def test_modification_times_as_stores_report_them():
+    when = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+    epoch = when.timestamp()
+    assert _modified_time({"LastModified": when}) == epoch  # s3fs
+    assert _modified_time({"last_modified": when.replace(tzinfo=None)}) == epoch  # no zone: UTC
+    assert _modified_time({"mtime": epoch}) == epoch  # local files
+    assert _modified_time({"updated": "2026-03-01T12:00:00.000Z"}) == epoch  # gcsfs's raw field
+    assert _modified_time({"mtime": "not a time", "created": when}) == epoch
+    assert _modified_time({"size": 3}) is None

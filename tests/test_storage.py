@@ -14,13 +14,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from typer.testing import CliRunner
 
 from orchestrator import api
 from orchestrator.cli import app
-from orchestrator.journal import LEASE_NAME, Journal, JournalError, Lease, journal_path, read_journal
+from orchestrator.journal import LEASE_NAME, LEASE_STALE_S, Journal, JournalError, Lease, journal_path, read_journal
 from orchestrator.report import read, write_report
 from orchestrator.spec import load_spec
 from orchestrator.storage import location
@@ -66,6 +67,15 @@ class S3:
             return sorted(p.rpartition("/")[2] for p in self.fs.ls(url, detail=False))
         except FileNotFoundError:
             return []
+
+    def backdate(self, url: str, seconds: float) -> None:
+        """Make the store say it last wrote the object at ``url`` ``seconds`` earlier than it did."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.models import s3_backends
+
+        bucket, _, key = url.removeprefix("s3://").partition("/")
+        stored = s3_backends[DEFAULT_ACCOUNT_ID]["aws"].buckets[bucket].keys[key]
+        stored.last_modified -= timedelta(seconds=seconds)
 
     def refuse_credentials(self, refuse: bool) -> None:
         """From now on, check every request's credentials against the server's users (it has none)."""
@@ -207,7 +217,12 @@ def test_the_library_runs_to_a_url_and_overwrite_empties_the_bucket_journal(s3, 
     assert first.complete and read(out) == first
     with pytest.raises(JournalError, match="already holds 2 result"):
         api.run(spec, out)
+    earlier = f"{prefix}/r.traces/0123456789ab-r0/dedicated_log_torch_trace_old.log"
+    s3.fs.pipe_file(earlier, b"an earlier run's trace")
+    api.run(spec, out, resume=True)
+    assert s3.fs.cat_file(earlier) == b"an earlier run's trace"  # resume keeps the traces
     again = api.run(spec, out, overwrite=True)
+    assert "r.traces" not in s3.names(prefix)  # overwrite removes them with the journal
     assert [r.experiment_id for r in again.results] == [r.experiment_id for r in first.results]
     assert all(a.started_at > b.finished_at for a, b in zip(again.results, first.results, strict=True))
     names = s3.names(f"{prefix}/r.journal")
@@ -290,11 +305,12 @@ def test_one_writer_at_a_time_and_a_stale_lease_is_taken_over(s3):
     assert s3.names(url) == []  # closing gave the lease back
 
     now = time.time()
-    elsewhere = Lease("another-host", 1, now - 3600, now - 5, "t1")
+    elsewhere = Lease("another-host", 1, now - 3600, now, "t1")
     s3.fs.pipe_file(f"{url}/{LEASE_NAME}", elsewhere.encode())
-    with pytest.raises(JournalError, match="renewed 5 s ago"):  # live: renewed recently
+    s3.backdate(f"{url}/{LEASE_NAME}", 5)
+    with pytest.raises(JournalError, match=r"renewed \d+ s ago"):  # live: renewed recently
         Journal(url)
-    s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 1, now - 3600, now - 600, "t2").encode())
+    s3.backdate(f"{url}/{LEASE_NAME}", 600)
     with Journal(url):  # not renewed for 600 s: stale, taken over
         taken = Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}"))
         assert taken is not None and taken.pid == os.getpid() and taken.token != "t2"
@@ -303,6 +319,22 @@ def test_one_writer_at_a_time_and_a_stale_lease_is_taken_over(s3):
     dead = Lease(Lease.mine().host, int(gone.stdout), now, now, "t3")  # this host, a process that has exited
     s3.fs.pipe_file(f"{url}/{LEASE_NAME}", dead.encode())
     Journal(url).close()
+    assert s3.names(url) == []
+
+
+def test_a_lease_is_judged_by_the_stores_clock_not_by_the_times_its_holder_wrote(s3):
+    url = f"{s3.prefix()}/r.journal"
+    lease = f"{url}/{LEASE_NAME}"
+    now, day = time.time(), 86400.0
+    s3.fs.pipe_file(lease, Lease("another-host", 1, now - day, now - day, "behind").encode())  # its clock a day slow
+    with pytest.raises(JournalError, match=r"\(host another-host, pid 1, since .*, renewed \d{1,2} s ago\)"):
+        Journal(url)  # the store wrote it just now: live
+    assert s3.names(url) == [LEASE_NAME]  # the store's time was read off a probe, deleted
+    s3.fs.pipe_file(lease, Lease("another-host", 1, now + day, now + day, "ahead").encode())  # its clock a day fast
+    s3.backdate(lease, LEASE_STALE_S + 60)
+    with Journal(url):  # the store wrote it 180 s ago: stale, taken over
+        taken = Lease.parse(s3.fs.cat_file(lease))
+        assert taken is not None and taken.token not in ("behind", "ahead") and taken.pid == os.getpid()
     assert s3.names(url) == []
 
 

@@ -8,22 +8,28 @@ import hashlib
 import json
 import re
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from orchestrator import api
-from orchestrator.journal import journal_path, read_journal
+from orchestrator.journal import Journal, journal_path, read_journal
+from orchestrator.pool import Pool
 from orchestrator.report import read
 from orchestrator.report.compile_phases import PHASES, explain, explanation, phase_seconds
 from orchestrator.report.html import render_html
-from orchestrator.storage import read_bytes
-from orchestrator.traces import store_trace, tlparse_program, traces_folder
+from orchestrator.runner import run_experiments
+from orchestrator.storage import StorageError, read_bytes, write_bytes
+from orchestrator.traces import clear_traces, store_trace, tlparse_program, traces_folder
 from tasks.models import Experiment, TraceInfo
 from tasks.procedure import run_experiment
-from tasks.tracing import CompileTrace, recording, unpack
+from tasks.tracing import CompileTrace, pack, recording, unpack
 from tests.conftest import run_on_cpu
+from tests.fault_targets import StubWorker
 from tests.report_data import make_report, make_result
 
 # A record of torch's structured trace, as tlparse reads it: a glog prefix, then one JSON object
@@ -227,6 +233,107 @@ def test_a_run_stores_each_traced_runs_files_beside_the_report(write_spec, tmp_p
     journaled = read_journal(journal_path(out)).results.values()
     assert all(r.trace is None or (r.trace.archive is None and r.trace.dir) for r in journaled)
     assert read(out).results == report.results
+
+
+UNTRACED = """
+name: untraced
+defaults:
+  device: cpu
+  resources: {cpus: 1}
+  compile: {backend: eager}
+  timing: {warmup: 0, repeats: 3}
+  check: {enabled: false}
+experiments:
+  - target: seed.foo
+"""
+
+
+def test_overwrite_removes_the_earlier_runs_traces_and_resume_keeps_them(write_spec, tmp_path, ray_cluster):
+    spec, out = write_spec(UNTRACED), tmp_path / "r.json"
+    api.run(spec, out)
+    earlier = tmp_path / "r.traces" / "0123456789ab-r0" / "dedicated_log_torch_trace_old.log"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("an earlier run's trace")
+    api.run(spec, out, resume=True)
+    assert earlier.read_text() == "an earlier run's trace"
+    api.run(spec, out, overwrite=True)
+    assert not (tmp_path / "r.traces").exists()
+    assert (tmp_path / "r.json").is_file() and len(read(out).results) == 1
+
+
+def test_clearing_traces_in_a_store_removes_them_and_nothing_else():
+    url = "memory://bucket/cleared/r.json"
+    log = "memory://bucket/cleared/r.traces/0123456789ab-r0/dedicated_log_torch_trace_old.log"
+    write_bytes(log, b"an earlier run's trace")
+    write_bytes("memory://bucket/cleared/r.json", b"{}")
+    assert clear_traces(url) is None
+    assert read_bytes("memory://bucket/cleared/r.json") == b"{}"  # only the traces went
+    with pytest.raises(StorageError, match="does not exist"):
+        read_bytes(log)
+    assert clear_traces(url) is None  # nothing there: nothing to say
+
+
+def test_a_traces_folder_that_cannot_be_removed_is_a_note(tmp_path):
+    (tmp_path / "r.traces").write_text("a file where the traces folder would be")
+    note = clear_traces(tmp_path / "r.json")
+    assert note is not None and note.startswith(
+        f"the earlier run's traces in {tmp_path / 'r.traces'} were not removed: "
+    )
+
+
+STUB_LOG = 'V1201 00:00:00.000000 1 stub.py:1] {"dynamo_start": {"stack": []}}\n'  # one record: a compile
+
+
+class TracedStub(StubWorker):
+    """The scheduler's stub executor, its results of ``trace: true`` experiments carrying a packed trace."""
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        result = super().run(payload)
+        if payload.get("trace"):
+            with tempfile.TemporaryDirectory() as tmp:
+                (Path(tmp) / "dedicated_log_torch_trace_stub.log").write_text(STUB_LOG)
+                result["trace"] = pack(Path(tmp)).model_dump(mode="json")
+        return result
+
+
+def test_a_slow_tlparse_holds_up_no_dispatch_and_the_report_links_every_page(ray_cluster, tmp_path, monkeypatch):
+    experiments = [Experiment(target="stub", device="cpu", seed=s, trace=s != 1) for s in range(3)]
+    last_sent = threading.Event()
+    submit = Pool.submit
+
+    def watch(self: Pool, worker_id: str, payload: dict[str, Any]) -> None:
+        submit(self, worker_id, payload)
+        if payload["seed"] == 2:
+            last_sent.set()
+
+    rendered: dict[str, bool] = {}  # each trace: whether the last experiment had been sent when its page was done
+
+    def slow_tlparse(logs: list[Path], out: Path) -> tuple[bool, str | None]:
+        # the CPU experiments run one at a time: the last is sent once the first two have come back
+        rendered[out.parent.name] = last_sent.wait(timeout=120)
+        out.mkdir(parents=True)
+        (out / "index.html").write_text("<html>tlparse</html>")
+        return True, None
+
+    monkeypatch.setattr(Pool, "submit", watch)
+    monkeypatch.setattr("orchestrator.traces.render", slow_tlparse)
+    out, seen = tmp_path / "r.json", []
+    with Journal(journal_path(out)) as journal:
+        results = run_experiments(
+            experiments, ray_cluster, journal, lambda r: seen.append(r.seed), report=out, executor=TracedStub
+        )
+    traced = [results[0], results[2]]
+    assert rendered == {f"{r.experiment_id}-r0": True for r in traced}
+    assert seen == [0, 1, 2]  # recorded in the order they came back, the untraced one behind the first page
+    journaled = list(read_journal(journal_path(out)).results.values())
+    assert [r.seed for r in journaled] == [0, 1, 2] and journaled == results
+    assert results[1].trace is None
+    page = render_html(read(journal_path(out)))
+    for r in traced:
+        assert r.status == "ok" and r.trace.archive is None and r.trace.error is None
+        assert r.trace.html == f"r.traces/{r.experiment_id}-r0/tlparse/index.html"
+        assert (tmp_path / r.trace.html).read_text() == "<html>tlparse</html>"
+        assert f'<a href="{r.trace.html}">tlparse</a>' in page
 
 
 def test_the_html_report_links_each_trace_and_its_tlparse_page():

@@ -185,7 +185,7 @@ def _run(
         shared.store()
         result.compile_cache = shared.recorded(result.compile_cache)
     if isa_probe_s is not None and result.compile_cache is not None:
-        result.compile_cache = result.compile_cache.model_copy(update={"isa_probe_s": round(isa_probe_s, 4)})
+        result.compile_cache = result.compile_cache.model_copy(update={"isa_probe_s": isa_probe_s})
     return result
 
 

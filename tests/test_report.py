@@ -436,3 +436,14 @@ def _without(data: object, keys: set[str]) -> object:
     if isinstance(data, list):
         return [_without(v, keys) for v in data]
     return data
+
+
+def test_the_runner_up_is_no_cache_twin_of_the_best():
+    warm = make_result(speedup=4.2, seed=0)
+    cold = make_result(speedup=3.6, cache="cold", cache_outcome="miss", seed=0)
+    tuned = make_result(speedup=3.0, mode="max-autotune-no-cudagraphs", seed=0)
+    group = summarize([warm, cold, tuned]).groups[0]
+    assert [r.config for r in group.ranked] == ["inductor", "inductor+cold", "inductor:max-autotune-no-cudagraphs"]
+    assert group.best.config == "inductor" and group.runner_up.config == "inductor:max-autotune-no-cudagraphs"
+    alone = summarize([warm, cold]).groups[0]
+    assert alone.runner_up is None and not alone.tie  # the same compiled code in another process is no rival

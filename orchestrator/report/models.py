@@ -108,7 +108,7 @@ class Group(BaseModel):
     precision: Precision
     results: int  # results in the group, any status, every replicate counted
     best: Ranked | None  # the highest speedup among valid timings; None when there is none
-    runner_up: Ranked | None = None
+    runner_up: Ranked | None = None  # the next in ``ranked`` that is not the best compiled with another cache state
     ranked: list[Ranked] = Field(default_factory=list)  # every configuration with a valid timing, fastest first
     tie: bool = False  # the best's 95% interval (``ci``: between-run where there is one) overlaps the runner-up's
     failed: dict[str, str] = Field(default_factory=dict)  # config -> status, for results that are not ok

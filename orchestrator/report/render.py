@@ -170,7 +170,7 @@ def groups_rows(summary: Summary) -> Rows:
         if best is None:
             verdict = "no valid timing"
         elif second is None:
-            verdict = "only one configuration timed"
+            verdict = "only one configuration timed" if len(g.ranked) < 2 else "no rival: the rest are cache twins"
         else:
             verdict = TIE_TEXT if g.tie else "best beyond noise"
         failed = ", ".join(f"{c}: {s}" for c, s in g.failed.items())

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, get_args
 
-from orchestrator.report.decision import compile_latencies, decide
+from orchestrator.report.decision import cold_twins, compile_latencies, decide
 from orchestrator.report.models import (
     ConfigSummary,
     DeviceSummary,
@@ -65,7 +65,9 @@ def summarize(results: Sequence[Result]) -> Summary:
 
     - A group is one target with one set of params on one device model, in one phase and
       precision. Its best configuration is the highest speedup among valid timings (``ok``,
-      not recompiled); ``tie`` says when the best's 95% interval overlaps the runner-up's.
+      not recompiled); ``tie`` says when the best's 95% interval overlaps the runner-up's. The
+      runner-up is the next configuration that is not the best one with another ``compile.cache``
+      (the same compiled code timed in another process is no rival).
     - Per device model, every configuration run there is averaged over the same set of
       groups: those where every one of them has a valid timing (``common``); the other groups
       are listed in ``left_out`` with the reason. ``own`` is each configuration's mean over all
@@ -286,7 +288,9 @@ class _GroupData:
     def summary(self) -> Group:
         ranked = sorted((self._ranked(c, t) for c, t in self.timed.items()), key=lambda e: e.speedup, reverse=True)
         best = ranked[0] if ranked else None
-        runner_up = ranked[1] if len(ranked) > 1 else None
+        twins = {frozenset(pair) for pair in cold_twins(self.configs)}
+        rivals = [r for r in ranked[1:] if best and frozenset((best.config, r.config)) not in twins]
+        runner_up = rivals[0] if rivals else None
         tie = bool(best and runner_up and best.ci and runner_up.ci and best.ci[0] <= runner_up.ci[1])
         first = self.results[0]
         return Group(
@@ -385,19 +389,21 @@ def _left_out_reason(missing: list[str], why: dict[str, str], total: int) -> str
 def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
     """Geometric means over groups (one value per group), with a 95% interval from the groups' own:
     between-run where a group's figure comes from replicates, else within-run (``ci_within`` is the
-    same point's interval from within-run noise alone)."""
+    same point's interval from within-run noise alone). Over one group the interval is that group's
+    own, as its row shows it (a bootstrap's interval is not symmetric on the log scale)."""
     if not groups:
         return None
     estimates = [t.estimate for _, t in groups]
     log, se = _combine([(e.log, e.se) for e in estimates])
     centre = sum(e.centre for e in estimates) / len(estimates)
     within = _combine([(e.log, e.within_se) for e in estimates])[1]
+    own = estimates[0].ci if len(estimates) == 1 else None
     spreads = [e.spread for e in estimates if e.spread is not None]
     latency, cache = compile_latencies([r for _, t in groups for r in t.results])
     memory = [r.memory_ratio for _, t in groups for r in t.results if r.memory_ratio]
     return GeoMean(
         speedup=math.exp(log),
-        ci=_exp_interval(centre, se),
+        ci=own or _exp_interval(centre, se),
         ci_within=_exp_interval(log, within),
         between=sum(e.between for e in estimates),
         spread=max(spreads, default=None),

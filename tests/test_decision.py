@@ -329,3 +329,15 @@ def test_a_replay_is_a_group_of_its_own_beside_the_same_target_timed_on_one_shap
     )
     groups = summarize([plain, replayed]).groups
     assert [g.label for g in groups] == ["seed.foo3", "seed.foo3 replay(shape: 2 values, 100 calls)"]
+
+
+def test_a_bound_from_one_run_against_one_over_runs_is_noted():
+    replicated = [make_result("t", 2.4 + 0.1 * i, seed=0).model_copy(update={"replicate": i}) for i in range(3)]
+    single = make_result("t", 2.8, mode="max-autotune-no-cudagraphs", seed=0)
+    group = summarize([*replicated, single]).groups[0]
+    assert group.decision.recommend == "inductor:max-autotune-no-cudagraphs"
+    assert any("interval is from one run" in n and "inductor over 3 runs" in n for n in group.decision.notes)
+    slower = make_result("t", 1.5, mode="max-autotune-no-cudagraphs", seed=0)
+    alike = summarize([*replicated, slower]).groups[0]
+    assert alike.decision.recommend == "inductor"
+    assert not any("from one run" in n for n in alike.decision.notes)  # the replicated one ships: nothing unlike

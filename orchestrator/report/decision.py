@@ -97,6 +97,7 @@ def decide(ranked: Sequence[Ranked], configs: Mapping[str, Sequence[Result]]) ->
     for entry in entries:
         entry.pareto = entry.config in pareto
     recommend, reason, lower = choose(entries, kinds, calls, configs)
+    notes += unlike_bounds(recommend, ranked, kinds)
     return Decision(
         recommend=recommend,
         reason=reason,
@@ -108,6 +109,22 @@ def decide(ranked: Sequence[Ranked], configs: Mapping[str, Sequence[Result]]) ->
         pareto_on=on,
         notes=notes + pareto_notes,
     )
+
+
+def unlike_bounds(recommend: str, ranked: Sequence[Ranked], kinds: Mapping[str, Exclusion]) -> list[str]:
+    """A note when the configuration shipped has a bound from one run and a rival's spans several: a
+    within-run interval leaves run-to-run noise out and is the narrower, so the two are not alike."""
+    chosen = next((x for x in ranked if x.config == recommend), None)
+    if chosen is None or chosen.ci_between is not None:
+        return []
+    rivals = [x for x in ranked if x.config != recommend and x.config not in kinds and x.ci_between is not None]
+    if not rivals:
+        return []
+    named = ", ".join(f"{x.config} over {x.replicates} runs" for x in rivals)
+    return [
+        f"{recommend}'s interval is from one run, without run-to-run noise; {named}: "
+        f"replicate {recommend} to weigh them alike"
+    ]
 
 
 def decision_calls(results: Sequence[Result]) -> tuple[int | None, list[str]]:

@@ -404,7 +404,7 @@ def _geomean(groups: list[tuple[str, _Timed]]) -> GeoMean | None:
     return GeoMean(
         speedup=math.exp(log),
         ci=own or _exp_interval(centre, se),
-        ci_within=_exp_interval(log, within),
+        ci_within=own if own and not estimates[0].between else _exp_interval(log, within),
         between=sum(e.between for e in estimates),
         spread=max(spreads, default=None),
         compile_latency_s=_plain_geomean(latency),

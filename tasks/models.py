@@ -203,8 +203,8 @@ class WorkerLimits(Closed):
     5% of the time of the tutorial's small experiments (4.5%; 9% at 100, 36% at 25); by then a
     worker carries about 170 MiB and 400 modules beyond its warm-up. ``max_rss_growth_mb``
     defaults to 4096 MiB, over ten times what a worker gained in 200 such experiments (316 MiB,
-    warm-up included): it catches a leak, or the heap a large CPU experiment leaves behind (the
-    ``steady`` allocator never returns it), not ordinary use.
+    warm-up included): it catches a leak, not ordinary use. (The heap an experiment freed is given
+    back to the system at each reset, ``tasks.isolation.trim_heap``, so it does not count.)
     """
 
     max_experiments: int | None = Field(

@@ -7,7 +7,8 @@ and device, matmul precision, TF32 and cuDNN flags, deterministic algorithms), t
 the working directory as they were when the worker started, the RNGs, garbage (a full collection,
 after which what survived is frozen out of later ones: each then scans only what the last
 experiment left, milliseconds rather than the ~130 ms of a full collection in a process holding
-torch), and, where CUDA has been initialised, the CUDA caching allocator's memory and its peak
+torch), the C heap's free memory (given back to the system: the steady allocator never trims on
+its own), and, where CUDA has been initialised, the CUDA caching allocator's memory and its peak
 statistics. Cores and affinity are the worker's for life (``tasks.isolation``); thread counts and
 the compile-cache variables are set back by ``tasks.isolation`` around each experiment.
 
@@ -108,6 +109,7 @@ def reset(baseline: Baseline) -> None:
     import torch
 
     from tasks.compiling import forget_compiled
+    from tasks.isolation import trim_heap
 
     forget_compiled()  # Dynamo's caches and code, inductor's caches and loaded modules, counters
     baseline.restore()
@@ -116,6 +118,7 @@ def reset(baseline: Baseline) -> None:
     np.random.seed(0)
     gc.collect()
     gc.freeze()  # what survived lives as long as the worker (modules imported on first use): out of later collections
+    trim_heap()  # the heap the experiment freed goes back to the system: the next one starts as a fresh process would
     if torch.cuda.is_initialized():
         torch.cuda.synchronize()
         torch.cuda.empty_cache()

@@ -359,3 +359,29 @@ def test_the_spec_setting_reaches_the_result():
         system.measurement.allocator.startswith("glibc: defaults restored")
         or system.measurement.allocator == SYSTEM_ALLOCATOR
     )
+
+
+def test_a_reset_gives_the_heap_an_experiment_freed_back_to_the_system():
+    """Under the steady allocator (never trims), 256 MiB freed by an experiment stays resident until the
+    worker's reset gives it back. In a fresh process: the test process's heap is not this test's."""
+    script = """
+import torch
+from tasks.isolation import steady_allocator
+from tasks.reset import Baseline, reset
+from tasks.worker import resident_mb
+baseline = Baseline()
+assert steady_allocator() is not None
+kept = []
+for _ in range(64):
+    kept.append(torch.ones(1 << 20))  # 4 MiB each, from the heap
+before = resident_mb()
+del kept
+freed = resident_mb()
+reset(baseline)
+print(before, freed, resident_mb())
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    before, freed, after = map(float, proc.stdout.split())
+    assert freed > before - 64  # the steady heap kept what was freed...
+    assert after < freed - 200  # ...until the reset gave it back

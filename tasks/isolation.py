@@ -321,11 +321,10 @@ def trim_heap() -> bool:
     C library has none. The steady allocator never trims on its own, so that no timed call pays for
     pages given back and faulted in again; between experiments, the memory an experiment freed would
     otherwise stay resident, fragmented, for the life of the worker (12 `seed.foo` experiments left a
-    worker 507 MiB larger, all of it free heap; trimmed, 3 MiB), and ``worker.max_rss_growth_mb`` would measure the
-    heap's leftovers instead of what the process keeps."""
+    worker 507 MiB larger, all of it free heap; trimmed, 3 MiB), and ``worker.max_rss_growth_mb``
+    would measure the heap's leftovers instead of what the process keeps."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
-        libc.malloc_trim(0)
+        _libc().malloc_trim(0)
     except (OSError, AttributeError, TypeError):
         return False
     return True
@@ -334,10 +333,15 @@ def trim_heap() -> bool:
 def _mallopt(*settings: tuple[int, int]) -> bool:
     """glibc's ``mallopt`` for each (parameter, value); False where the C library has none."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        libc = _libc()
         return all(libc.mallopt(param, value) for param, value in settings)
     except (OSError, AttributeError, TypeError):
         return False
+
+
+def _libc() -> ctypes.CDLL:
+    """The C library this process runs on (OSError where it cannot be loaded)."""
+    return ctypes.CDLL(ctypes.util.find_library("c"))
 
 
 def _cache_slot(slot: str, cores: list[int], exclusive: bool) -> str:

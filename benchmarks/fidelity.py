@@ -55,6 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tasks.models import TimingConfig  # noqa: E402
+from tasks.targets import build  # noqa: E402
 from tasks.timers import CpuTimer, CudaTimer, plan  # noqa: E402
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -264,7 +265,6 @@ def reference_child(request: dict[str, Any]) -> None:
     ``torch.compile``'s defaults, under ``no_grad`` with modules in ``eval()``, and time both
     sides by ``blocked_autorange`` in alternating rounds; print the medians as JSON."""
     from tasks.isolation import pin, set_allocator
-    from tasks.targets import build
 
     if request.get("cores"):
         pin(request["cores"])  # every thread of this process, as a worker pins itself
@@ -343,7 +343,7 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
     print()
 
 
-SWITCH_SHAPES = ((512, 256), (64, 64))  # gelu_mlp's x: ~1 ms and ~25 us calls on one core
+SWITCH_WORKLOADS = ("gelu 512x256", "gelu 64x64", "seed.foo3 1024x1024")  # ~1 ms, ~25 us, ~0.2 ms compiled
 SWITCH_SAMPLES = 40  # timed blocks per side in each way of interleaving
 SWITCH_STRETCH_MS, SWITCH_MIN_CALLS, SWITCH_MAX_CALLS = 10.0, 20, 400  # one side's stretch before the switch
 SWITCH_STRETCHES = 60  # stretches per direction; the profile is the median at each position
@@ -379,53 +379,57 @@ def switch_profile(first: Callable[[], Any], then: Callable[[], Any]) -> list[fl
     return [medians[k] / steady if k < length else None for k in SWITCH_POSITIONS]
 
 
+def switch_workload(name: str) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """One of ``SWITCH_WORKLOADS``: its function and inputs, on the CPU."""
+    cpu = torch.device("cpu")
+    if name.startswith("gelu "):
+        rows, dim = (int(n) for n in name.split()[1].split("x"))
+        return gelu_mlp(cpu, rows, dim)
+    target, shape = name.split()
+    work = build(target, cpu, {"shape": [int(n) for n in shape.split("x")]})
+    return work.fn, work.inputs
+
+
 def interleavings(calls: Sequence[Callable[[], Any]], clock: Callable[[], float]) -> dict[str, list[float]]:
-    """Each side's median (ms) by compilebench's CpuTimer: alone, interleaved as the procedure
-    interleaves, and interleaved with one untimed block of the side before each timed block."""
+    """Each side's median (ms) by compilebench's CpuTimer: alone, interleaved one call per block
+    (one untimed call, then one timed, side by side), and interleaved as the procedure does it
+    (blocks of ``BLOCK_TARGET_MS``, each timed block after an untimed one of the same side)."""
     timer = CpuTimer(clock)
     estimates = [timer.estimate(c) for c in calls]
     block = max(plan(e, TimingConfig(), True).block_size for e in estimates)
     plans = [plan(e, TimingConfig(repeats=SWITCH_SAMPLES), True, block_size=block) for e in estimates]
+    singles = [plan(e, TimingConfig(repeats=SWITCH_SAMPLES), True, block_size=1) for e in estimates]
     for call, p in zip(calls, plans, strict=True):
         timer.warm(call, p.warmup)
 
     def medians(sides: Any) -> list[float]:
         return [statistics.median(side.samples_ms) for side in sides]
 
-    def rewarm(call: Callable[[], Any]) -> Callable[[int], None]:
-        def untimed(calls_in_block: int) -> None:  # the timer's per-block setup: outside the timed region
-            for _ in range(calls_in_block):
-                call()
-
-        return untimed
-
     return {
         "alone": [medians(timer.interleaved([c], [p], SWITCH_SAMPLES))[0] for c, p in zip(calls, plans, strict=True)],
+        "interleaved, one call per block": medians(timer.interleaved(calls, singles, SWITCH_SAMPLES)),
         "interleaved (the procedure)": medians(timer.interleaved(calls, plans, SWITCH_SAMPLES)),
-        "interleaved, an untimed block first": medians(
-            timer.interleaved(calls, plans, SWITCH_SAMPLES, [rewarm(c) for c in calls])
-        ),
     }
 
 
 def section_interleaving() -> None:
     """What interleaving the sides costs each of them, in this process on one thread: the same
     eager and compiled callables timed by blocked_autorange (a loop of one side: the reference),
-    by compilebench's CpuTimer alone, interleaved as the procedure does it, and interleaved with
-    an untimed block of the side before each timed block; then how slow a side's calls are just
-    after the other side's. CPU time of this thread (``thread_time``) as well as wall time:
-    preemption by other processes does not enter the former."""
+    by compilebench's CpuTimer alone, interleaved one call per block, and interleaved as the
+    procedure does it; then how slow a side's calls are just after the other side's. CPU time of
+    this thread (``thread_time``) as well as wall time: preemption by other processes does not
+    enter the former."""
     torch.set_num_threads(1)
     print("\n## Interleaving eager and compiled: what a switch between sides costs (this process, 1 thread)\n")
     print(
-        f"gelu(x @ w + b) + x, inductor, under no_grad. {ROUNDS} rounds; each ratio is the median over rounds of "
-        "(compilebench's CpuTimer / blocked_autorange on the same callable in the same round).\n"
+        f"gelu(x @ w + b) + x and seed.foo3, inductor, under no_grad. {ROUNDS} rounds; each ratio is the median "
+        "over rounds of (compilebench's CpuTimer / blocked_autorange on the same callable in the same round).\n"
     )
-    print("| x | clock | way | eager / reference | compiled / reference | reference eager, compiled |")
+    print("| workload | clock | way | eager / reference | compiled / reference | reference eager, compiled |")
     print("| --- | --- | --- | ---: | ---: | --- |")
     profiles = []
-    for rows, dim in SWITCH_SHAPES:
-        fn, inputs = gelu_mlp(torch.device("cpu"), rows, dim)
+    for name in SWITCH_WORKLOADS:
+        fn, inputs = switch_workload(name)
         with torch.no_grad():
             compiled = torch.compile(fn)
             compiled(*inputs)
@@ -447,11 +451,11 @@ def section_interleaving() -> None:
                 shown_ref = ", ".join(_fmt(statistics.median(r[i] for r in refs)) for i in range(2))
                 for way, per_round in ratios.items():
                     e, c = (statistics.median(r[i] for r in per_round) for i in range(2))
-                    print(f"| {rows}x{dim} | {clock_name} | {way} | {e:.3f} | {c:.3f} | {shown_ref} |")
-            profiles.append((f"{rows}x{dim}", "compiled after eager", switch_profile(calls[0], calls[1])))
-            profiles.append((f"{rows}x{dim}", "eager after compiled", switch_profile(calls[1], calls[0])))
+                    print(f"| {name} | {clock_name} | {way} | {e:.3f} | {c:.3f} | {shown_ref} |")
+            profiles.append((name, "compiled after eager", switch_profile(calls[0], calls[1])))
+            profiles.append((name, "eager after compiled", switch_profile(calls[1], calls[0])))
     print(f"\nA side's k-th call after {SWITCH_STRETCH_MS:g} ms of the other's, / its steady time (wall, medians):\n")
-    print("| x | calls | " + " | ".join(f"k={k}" for k in SWITCH_POSITIONS) + " |")
+    print("| workload | calls | " + " | ".join(f"k={k}" for k in SWITCH_POSITIONS) + " |")
     print("| --- | --- |" + " ---: |" * len(SWITCH_POSITIONS))
     for shape, what, profile in profiles:
         print(f"| {shape} | {what} | " + " | ".join("-" if x is None else f"{x:.2f}" for x in profile) + " |")

@@ -45,10 +45,16 @@ Call = Callable[[], Any]
 # block on the CPU; 3 in CUDA ``wall`` mode, 2 in ``events``): fresh input copies are made here.
 Setup = Callable[[int], None]
 
-# A CPU call shorter than this is timed in blocks: perf_counter's own cost (~50 ns) and the
-# loop around it stay below 0.1% of a block (torch.utils.benchmark's blocked_autorange idea).
-MIN_UNBLOCKED_CALL_MS = 0.1
-BLOCK_TARGET_MS = 1.0  # a block of short calls lasts at least this long
+# A CPU call shorter than this is timed in blocks of calls that last at least this long
+# (torch.utils.benchmark's blocked_autorange idea): perf_counter's own cost (~50 ns) and the loop
+# around it vanish in a block, and the untimed block before each timed one (``SETTLE_BLOCKS``)
+# lasts long enough for a side to settle after the other side's run. 5 ms, measured on a 2-core
+# CPU with torch 2.13 (``python benchmarks/fidelity.py interleaving``): seed.foo3 1024x1024
+# compiled (0.15-0.17 ms a call, 8 MB read and written) takes 3.6-3.7x its steady time on the
+# first call after 10 ms of eager, 2.2-2.3x on the second, 1.2-1.4x on the sixth, within 4% from
+# the eleventh; with one untimed call before one timed call it read 1.3-2.5x blocked_autorange,
+# with untimed and timed blocks of 12-30 calls 0.95-1.18x, within the machine's spread.
+BLOCK_TARGET_MS = 5.0
 ESTIMATE_CALLS = 5  # calls averaged to estimate one call's length, as do_bench does
 L2_FLUSH_BYTES = 256 * 2**20  # larger than H100/H200 L2 (50-60 MB); what Triton's do_bench zeroes
 CUDAGRAPH_MIN_WARMUP = 3  # reduce-overhead records its CUDA graphs over the first calls
@@ -62,9 +68,10 @@ CUDA_WARMUP_MS, CUDA_REPEATS_MS, CUDA_MIN_REPEATS = 25.0, 100.0, 10
 # allocator's free lists hold the other side's state): measured on a 2-core CPU with torch 2.13
 # (``python benchmarks/fidelity.py interleaving``), gelu(x @ w + b) + x at 64x64 takes 3.1-4.6x its
 # steady time on the first call after a switch, 1.1-1.3x on the second, within 2-4% from the
-# fifth; at 512x256, 1.2-1.3x then within 4%. Timed right after a switch, both sides read 3-8% slow
-# against blocked_autorange on the same callable; with one untimed block first, within 1%. So each
-# timed block of a side is preceded by as many untimed calls of the same side, on the same inputs.
+# fifth; at 512x256, 1.2-1.3x then within 4%; a memory-bound call settles over more calls (see
+# ``BLOCK_TARGET_MS``). Timed right after a switch, both sides read slow against blocked_autorange
+# on the same callable; with one untimed block first, within the machine's spread. So each timed
+# block of a side is preceded by as many untimed calls of the same side, on the same inputs.
 SETTLE_BLOCKS = 1
 
 HOST_BOUND_RATIO = 1.2  # wall median above 1.2x the device median: the GPU idles >1/6 of the call
@@ -109,8 +116,8 @@ def plan(
 ) -> Plan:
     """Counts for one side from the estimated length of one call.
 
-    Blocks (CPU only): a call shorter than ``MIN_UNBLOCKED_CALL_MS`` is timed ``block_size``
-    at a time so that each sample lasts ``BLOCK_TARGET_MS``; the sample is the block's time
+    Blocks (CPU only): a call shorter than ``BLOCK_TARGET_MS`` is timed ``block_size`` at a
+    time so that each sample lasts at least that long; the sample is the block's time
     divided by its size. ``block_size``, when given, is used as it is (the procedure gives every
     side the same). Budgets: ``warmup_ms``/``repeats_ms``, when given, replace the counts with
     as many calls (samples) as fit in the budget, at least one, as do_bench does. Counts not
@@ -119,7 +126,7 @@ def plan(
     """
     per_call = max(estimate_ms, 1e-6)
     block = 1
-    if blocked and per_call < MIN_UNBLOCKED_CALL_MS:
+    if blocked and per_call < BLOCK_TARGET_MS:
         block = math.ceil(BLOCK_TARGET_MS / per_call)
     if block_size is not None:
         block = block_size

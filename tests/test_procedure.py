@@ -154,7 +154,7 @@ class FakeTimer:
     method = "perf_counter"
     blocked = True
 
-    def __init__(self, estimates=(1.0, 1.0)):
+    def __init__(self, estimates=(10.0, 10.0)):
         self.log = []
         self.estimates = iter(estimates)
 
@@ -204,8 +204,8 @@ def test_procedure_interleaves_both_sides_with_the_configured_counts():
 def test_short_calls_are_planned_in_blocks():
     timer = FakeTimer(estimates=(0.004, 0.25))
     r = run_experiment(Experiment(target="seed.foo", params={"shape": [4]}, compile={"backend": "eager"}), timer=timer)
-    assert timer.log[-1] == ("interleaved", 2, 10, [250, 250])  # 4 us calls in blocks of 1 ms; both sides alike
-    assert r.eager.block_size == 250 and r.compiled.block_size == 250
+    assert timer.log[-1] == ("interleaved", 2, 10, [1250, 1250])  # 4 us calls in blocks of 5 ms; both sides alike
+    assert r.eager.block_size == 1250 and r.compiled.block_size == 1250
 
 
 def test_compile_failure_still_times_the_eager_side():

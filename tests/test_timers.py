@@ -7,6 +7,7 @@ import torch
 
 from tasks.models import TimingConfig
 from tasks.timers import (
+    BLOCK_TARGET_MS,
     CUDAGRAPH_MIN_WARMUP,
     SETTLE_BLOCKS,
     CpuTimer,
@@ -100,24 +101,39 @@ def test_block_timer_on_a_call_of_a_few_microseconds():
     estimate = timer.estimate(fn)
     assert estimate == pytest.approx(0.005)
     p = plan(estimate, TimingConfig(warmup=0, repeats=4), blocked=timer.blocked)
-    assert p.block_size == 200  # 200 calls of 5 us make a 1 ms sample
+    assert p.block_size == 1000  # 1000 calls of 5 us make a 5 ms sample (BLOCK_TARGET_MS)
     log.clear()
     (side,) = timer.interleaved([fn], [p], p.repeats)
-    assert len(log) == (1 + SETTLE_BLOCKS) * 200 * 4  # each timed block preceded by an untimed one
+    assert len(log) == (1 + SETTLE_BLOCKS) * 1000 * 4  # each timed block preceded by an untimed one
     assert side.samples_ms == pytest.approx([0.005] * 4)  # per-call time, not block time
 
 
 def test_calls_long_enough_are_timed_one_by_one():
-    assert plan(0.1, TimingConfig(), blocked=True).block_size == 1
+    assert plan(BLOCK_TARGET_MS, TimingConfig(), blocked=True).block_size == 1
+    assert plan(12.0, TimingConfig(), blocked=True).block_size == 1
+
+
+def test_a_memory_bound_call_of_a_fraction_of_a_millisecond_is_timed_in_blocks_long_enough_to_settle():
+    """seed.foo3 1024x1024 compiled (0.17 ms on a CPU core) needs about ten calls after the other
+    side's run to reach its steady time; one untimed call then one timed call read it 1.3-2.5x slow.
+    Its blocks now last 5 ms, and the untimed block before each timed block as long."""
+    log = []
+    clock = Clock(log)
+    timer = CpuTimer(clock=clock)
+    p = plan(0.17, TimingConfig(warmup=0, repeats=3), blocked=True)
+    assert p.block_size == 30 and p.block_size * 0.17 >= BLOCK_TARGET_MS
+    eager, compiled = clock.call("e", log, 0.5e-3), clock.call("c", log, 0.17e-3)
+    timer.interleaved([eager, compiled], [p, p], p.repeats)
+    assert "".join(log) == ("e" * 30 + "|" + "e" * 30 + "|" + "c" * 30 + "|" + "c" * 30 + "|") * 3
     assert plan(0.001, TimingConfig(), blocked=False).block_size == 1  # CUDA never blocks
     assert plan(0.5, TimingConfig(), blocked=True, block_size=250).block_size == 250  # a common block, as given
 
 
 def test_budgets_replace_counts():
-    p = plan(2.0, TimingConfig(warmup_ms=25, repeats_ms=100), blocked=True)
-    assert (p.warmup, p.repeats, p.block_size) == (13, 50, 1)
-    tiny = plan(0.01, TimingConfig(warmup_ms=1, repeats_ms=10), blocked=True)
-    assert tiny.block_size == 100 and tiny.repeats == 10  # a budget counts blocks, not calls
+    p = plan(10.0, TimingConfig(warmup_ms=25, repeats_ms=100), blocked=True)
+    assert (p.warmup, p.repeats, p.block_size) == (3, 10, 1)
+    tiny = plan(0.01, TimingConfig(warmup_ms=1, repeats_ms=50), blocked=True)
+    assert tiny.block_size == 500 and tiny.repeats == 10  # a budget counts blocks, not calls
     assert plan(500.0, TimingConfig(repeats_ms=10), blocked=True).repeats == 1  # never zero
 
 
@@ -326,7 +342,7 @@ def test_both_sides_see_the_same_input_in_the_same_round_whatever_their_warmup()
         def fn(x):
             if Timer.timing:
                 seen[name].append(x)
-            clock.now += 0.001
+            clock.now += 0.01  # 10 ms a call: timed one by one
 
         return fn
 

@@ -23,7 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark torch.compile against eager on every GPU of a Ray cluster (or on the CPU).",
 )
-_WIDTH = None if sys.stdout.isatty() else 160  # wide enough for the results table in logs and pipes
+_WIDTH = None if sys.stdout.isatty() else 200  # room for the results table with no number or verdict wrapped, in logs and pipes
 out_console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
 

@@ -1,7 +1,7 @@
 """Does a long-lived worker's history move its numbers? A fixed probe mix timed on a fresh worker,
 then again on the same worker after other experiments.
 
-    python benchmarks/contamination.py            # 3 rounds, 20 other experiments between (~30 min on 2 cores)
+    python benchmarks/contamination.py            # 3 rounds, 20 other experiments between (~15 min on 2 cores)
     python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others between
 
 Each round is one ``orchestrator.api.run`` on a local Ray instance of one CPU, so that every
@@ -12,16 +12,21 @@ experiment of the round lands on the same long-lived worker, one after another, 
 2. ``--others`` other experiments (other targets, modes, backends, precisions, dynamic shapes,
    graph breaks, optimizers: what a sweep leaves in a process);
 3. the probes again. The late copy of a probe differs from the early one only in ``timeout_s``,
-   which is not measured: the spec then holds both under distinct ids.
+   which is not measured: the spec then holds both under distinct ids;
+4. right after, a second ``orchestrator.api.run`` of the probes alone: a new worker, fresh again.
 
 The result's ``worker.pid`` and ``worker.experiments_before`` show that every experiment of a
-round ran in one process and in which position; a round where they do not is reported as such.
-Per probe and side: the median over rounds of (late median / fresh median); and the graph
-counts (graphs traced, graph breaks, graphs compiled, recompiles, correctness), which must be
-identical. Target: every ratio within 3%. Beside each side's fresh median, the fresh spread: how far
-the fresh workers of the rounds (each a new process) differ among themselves (max / min), the yardstick
-for a probe whose late ratio misses 3%: a late median inside the fresh processes' range is one a new
-process could have given too.
+round's first run ran in one process and in which position; a round where they do not is reported
+as such. A late probe runs minutes after the fresh one, and this machine's speed drifts by more than
+3% in minutes; so each late median is compared with the fresh medians before and after it,
+interpolated to the time it was taken (results' ``started_at``/``finished_at``): drift that is
+linear over the round cancels, a worker's history does not. Per probe and side: the median over
+rounds of (late median / fresh median at the same time), and, for comparison, of (late / the fresh
+median before it only); and the graph counts (graphs traced, graph breaks, graphs compiled,
+recompiles, correctness), which must be identical. Target: every ratio within 3%. Beside each
+side's fresh median, the fresh spread: how far the fresh workers (two a round, each a new process)
+differ among themselves (max / min), the yardstick for a probe whose late ratio misses 3%: a late
+median inside the fresh processes' range is one a new process could have given too.
 """
 
 from __future__ import annotations
@@ -92,8 +97,10 @@ class Round:
 
     fresh: list[dict[str, Any]]
     late: list[dict[str, Any]]
+    after: list[dict[str, Any]]  # the probes on a new worker, right after the late ones
     pids: set[int]
     before: list[int | None]  # worker.experiments_before of each experiment, in spec order
+    after_pids: set[int]
 
 
 def round_spec(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int) -> dict[str, Any]:
@@ -114,12 +121,18 @@ def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index:
     spec.write_text(json.dumps(round_spec(probes, others, index)))
     report = run(spec, tmp / f"round-{index}.report.json", num_cpus=1, overwrite=True)
     results = [r.model_dump(mode="json") for r in report.results]
+    again = tmp / f"round-{index}-after.json"
+    again.write_text(json.dumps(round_spec(probes, [], index) | {"name": f"contamination-{index}-after"}))
+    after_report = run(again, tmp / f"round-{index}-after.report.json", num_cpus=1, overwrite=True)
+    after = [r.model_dump(mode="json") for r in after_report.results][: len(probes)]
     n = len(probes)
     return Round(
         fresh=results[:n],
         late=results[-n:],
+        after=after,
         pids={r["worker"]["pid"] for r in results if r.get("worker")},
         before=[(r.get("worker") or {}).get("experiments_before") for r in results],
+        after_pids={r["worker"]["pid"] for r in after if r.get("worker")},
     )
 
 
@@ -133,10 +146,30 @@ def label(probe: dict[str, Any]) -> str:
     return f"{name}, {probe['phase']}"
 
 
-def ratio_cell(rounds: list[Round], i: int, side: str) -> tuple[str, float | None]:
+def midpoint(result: dict[str, Any]) -> float:
+    return (result["started_at"] + result["finished_at"]) / 2
+
+
+def fresh_at(before: dict[str, Any], after: dict[str, Any] | None, when: float, side: str) -> float | None:
+    """The fresh median at time ``when``: interpolated between the fresh result before it and the one
+    after it (each from a new worker), or the one before alone where there is no after."""
+    first = side_median(before, side)
+    last = side_median(after, side) if after else None
+    if not first or not last or after is None:
+        return first
+    t0, t1 = midpoint(before), midpoint(after)
+    share = min(1.0, max(0.0, (when - t0) / (t1 - t0))) if t1 > t0 else 0.5
+    return first + (last - first) * share
+
+
+def ratio_cell(rounds: list[Round], i: int, side: str, interpolated: bool = True) -> tuple[str, float | None]:
+    """Late / fresh per round, and their median: the fresh median at the late one's time, or the one
+    before it only."""
     ratios = []
     for r in rounds:
-        fresh, late = side_median(r.fresh[i], side), side_median(r.late[i], side)
+        after = r.after[i] if interpolated and i < len(r.after) else None
+        fresh = fresh_at(r.fresh[i], after, midpoint(r.late[i]), side)
+        late = side_median(r.late[i], side)
         if fresh and late:
             ratios.append(late / fresh)
     if not ratios:
@@ -156,23 +189,28 @@ def counts(result: dict[str, Any]) -> tuple[Any, ...]:
 
 def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
     rows = [
-        "| probe | eager: fresh | fresh spread | late/fresh | compiled: fresh | fresh spread | late/fresh | "
+        "| probe | eager: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
+        "compiled: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
         "graphs, breaks, compiled, recompiled, correct | same counts | target |",
-        "| --- | ---: | ---: | --- | ---: | ---: | --- | --- | --- | --- |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | --- | --- | --- |",
     ]
     for i, probe in enumerate(probes):
         cells, worst, within_spread = [], 0.0, True
         for side in ("eager", "compiled"):
-            fresh = [m for r in rounds if (m := side_median(r.fresh[i], side))]
+            fresh_results = [r.fresh[i] for r in rounds] + [r.after[i] for r in rounds if i < len(r.after)]
+            fresh = [m for x in fresh_results if (m := side_median(x, side))]
             late = [m for r in rounds if (m := side_median(r.late[i], side))]
             shown, ratio = ratio_cell(rounds, i, side)
-            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", spread(fresh), shown]
+            _, before_only = ratio_cell(rounds, i, side, interpolated=False)
+            before_shown = f"{before_only:.3f}" if before_only is not None else "-"
+            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", spread(fresh), shown, before_shown]
             worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
             within_spread &= bool(fresh and late) and min(fresh) <= statistics.median(late) <= max(fresh)
-        seen = {counts(r.fresh[i]) for r in rounds} | {counts(r.late[i]) for r in rounds}
+        fresh_all = [r.fresh[i] for r in rounds] + [r.after[i] for r in rounds if i < len(r.after)]
+        seen = {counts(x) for x in fresh_all} | {counts(r.late[i]) for r in rounds}
         same = len(seen) == 1
         shown_counts = " / ".join(", ".join(str(v) for v in c) for c in sorted(seen, key=str))
-        statuses = {r.fresh[i]["status"] for r in rounds} | {r.late[i]["status"] for r in rounds}
+        statuses = {x["status"] for x in fresh_all} | {r.late[i]["status"] for r in rounds}
         if worst <= WITHIN and same and statuses == {"ok"}:
             verdict = "ok"
         elif within_spread and len(rounds) > 1 and same and statuses == {"ok"}:
@@ -222,8 +260,10 @@ def main() -> None:
 
     print(f"\n`python benchmarks/contamination.py {shlex.join(sys.argv[1:])}`".replace(" `", "`"))
     print(
-        f"\n{len(probes)} probes on a fresh worker, then after {len(others)} other experiments on the same worker; "
-        f"{rounds_n} round(s), each a new worker (one CPU, one thread). Probe timing {PROBE_TIMING} per side. "
+        f"\n{len(probes)} probes on a fresh worker, then after {len(others)} other experiments on the same worker, "
+        "then on a new worker again; late/fresh at the same time: the late median over the fresh medians before and "
+        f"after it, interpolated to its time. {rounds_n} round(s), each with new workers (one CPU, one thread). "
+        f"Probe timing {PROBE_TIMING} per side. "
         f"{os.cpu_count()} cores, load average {load:.1f} at start; Ray {ray.__version__}, "
         f"Python {platform.python_version()}\n"
     )
@@ -231,10 +271,14 @@ def main() -> None:
         n = len(probes)
         one = "one process" if len(r.pids) == 1 else f"NOT one process: pids {sorted(r.pids)}"
         fresh_pos, late_pos = r.before[:n], r.before[-n:]
-        print(f"round {i + 1}: {one}; experiments before each probe: fresh {fresh_pos}, late {late_pos}")
+        apart = "a new process" if r.after_pids and not r.after_pids & r.pids else "NOT a new process"
+        print(
+            f"round {i + 1}: {one}; experiments before each probe: fresh {fresh_pos}, late {late_pos}; "
+            f"the probes after: {apart}"
+        )
     print()
     print("\n".join(table(probes, rounds)))
-    same_process = all(len(r.pids) == 1 for r in rounds)
+    same_process = all(len(r.pids) == 1 and r.after_pids and not r.after_pids & r.pids for r in rounds)
     within = all(row.endswith("| ok |") for row in table(probes, rounds)[2:])
     verdict = "met" if same_process and within else "NOT met"
     print(f"\ntarget (every late/fresh median within {WITHIN:.0%}, identical counts, one worker per round): {verdict}")

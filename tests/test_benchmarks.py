@@ -35,8 +35,10 @@ def test_contamination_round_is_probes_others_then_the_same_probes_under_other_i
     assert all(e.device == "cpu" for e in loaded.experiments)
 
 
-def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok") -> dict[str, Any]:
+def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", at: float = 0.0) -> dict[str, Any]:
     return {
+        "started_at": at,
+        "finished_at": at + 1.0,
         "status": status,
         "eager": {"median_ms": eager},
         "compiled": {"median_ms": compiled},
@@ -61,10 +63,29 @@ def test_contamination_verdict_needs_every_ratio_within_3_percent_and_the_same_c
     late: dict[str, Any], verdict: str
 ) -> None:
     probe = contamination.PROBES[0]
-    rounds = [contamination.Round(fresh=[_result(1.0, 0.5)], late=[late], pids={1}, before=[0, 1])]
+    rounds = [
+        contamination.Round(
+            fresh=[_result(1.0, 0.5)], late=[late], after=[_result(1.0, 0.5)], pids={1}, before=[0, 1], after_pids={2}
+        )
+    ]
     row = contamination.table([probe], rounds)[2]
     assert verdict in row
     assert ("| NO |" in row) == (late["graph_count"] != 1)
+
+
+def test_contamination_compares_a_late_median_with_the_fresh_ones_around_it_at_its_time() -> None:
+    """The machine slows by 20% over the round, fresh workers and late alike: a late median halfway
+    through reads 10% slow against the fresh one before it, and exactly fresh at its own time."""
+    probe = contamination.PROBES[0]
+    before, late, after = _result(1.0, 0.5, at=0.0), _result(1.1, 0.55, at=50.0), _result(1.2, 0.6, at=100.0)
+    rounds = [contamination.Round(fresh=[before], late=[late], after=[after], pids={1}, before=[0, 1], after_pids={2})]
+    assert contamination.ratio_cell(rounds, 0, "eager")[1] == pytest.approx(1.0)
+    assert contamination.ratio_cell(rounds, 0, "eager", interpolated=False)[1] == pytest.approx(1.1)
+    row = contamination.table([probe], rounds)[2]
+    assert row.endswith("| ok |") and "| 1.100 |" in row  # the before-only ratio, shown beside
+    moved = _result(1.3, 0.5, at=50.0)  # history slowed the eager side by 18% beyond the drift
+    rounds[0].late = [moved]
+    assert "OUT" in contamination.table([probe], rounds)[2]
 
 
 def test_overhead_workloads_are_valid_specs_and_the_peer_scripts_are_python(tmp_path: Path) -> None:
@@ -98,8 +119,14 @@ def test_fidelity_end_to_end_spec_loads_and_its_own_target_builds(tmp_path: Path
 def test_contamination_tells_a_late_median_inside_the_fresh_processes_range_apart() -> None:
     probe = contamination.PROBES[0]
     fresh = [_result(1.0, 0.5), _result(1.4, 0.7), _result(0.8, 0.4)]  # three new processes: 1.75x apart
-    inside = [contamination.Round(fresh=[f], late=[_result(1.2, 0.6)], pids={1}, before=[0, 1]) for f in fresh]
-    row = contamination.table([probe], inside)[2]
+
+    def rounds(late: dict[str, Any]) -> list[contamination.Round]:
+        return [
+            contamination.Round(fresh=[f], late=[late], after=[f], pids={1}, before=[0, 1], after_pids={2})
+            for f in fresh
+        ]
+
+    row = contamination.table([probe], rounds(_result(1.2, 0.6)))[2]
     assert "| 1.75x |" in row and "late within the fresh processes' range" in row
-    outside = [contamination.Round(fresh=[f], late=[_result(2.0, 1.0)], pids={1}, before=[0, 1]) for f in fresh]
+    outside = rounds(_result(2.0, 1.0))
     assert "OUT (±3%, same counts)" in contamination.table([probe], outside)[2]

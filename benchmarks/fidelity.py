@@ -286,6 +286,38 @@ def reference_child(request: dict[str, Any]) -> None:
     print(json.dumps({side: statistics.median(ms) for side, ms in rounds.items()}))
 
 
+def e2e_table(
+    labels: Sequence[str], ours: dict[tuple[int, str], list[float]], refs: dict[tuple[int, str], list[float]]
+) -> list[str]:
+    """The e2e table: per workload and side, both medians per run and the median over runs of their
+    ratio, each run's compilebench median paired with the reference taken right after it."""
+    rows = [
+        "| workload | side | compilebench | per run | reference | per run | ratio | per run | target |",
+        "| --- | --- | ---: | --- | ---: | --- | ---: | --- | --- |",
+    ]
+    for i, label in enumerate(labels):
+        for side in ("eager", "compiled"):
+            mine, theirs = ours.get((i, side)), refs.get((i, side))
+            if not mine or not theirs:
+                rows.append(f"| {label} | {side} | - | - | - | - | - | - | no result |")
+                continue
+            m, r = statistics.median(mine), statistics.median(theirs)
+            ratios = [a / b for a, b in zip(mine, theirs, strict=True)]
+            ratio = statistics.median(ratios)
+            bound = WITHIN_AT_100_US if r >= 0.1 else WITHIN_AROUND_10_US
+            verdict = "ok" if abs(ratio - 1) <= bound else f"OUT (±{bound:.0%})"
+            cells = [
+                _fmt(m),
+                ", ".join(_fmt(x) for x in mine),
+                _fmt(r),
+                ", ".join(_fmt(x) for x in theirs),
+                f"{ratio:.3f}",
+                ", ".join(f"{x:.3f}" for x in ratios),
+            ]
+            rows.append(f"| {label} | {side} | {' | '.join(cells)} | {verdict} |")
+    return rows
+
+
 def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
     """Whole experiments through ``orchestrator.api.run`` against a fresh-process reference, per side."""
     workloads = E2E_WORKLOADS[:E2E_QUICK] if quick else E2E_WORKLOADS
@@ -322,22 +354,10 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
         f"{runs} run(s) of the sweep (one worker, experiments one at a time; timing {E2E_TIMING}); after each, "
         f"every workload in a fresh process by blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds of "
         f"{E2E_REFERENCE_MIN_RUN_S} s per side), pinned to the worker's core with the worker's allocator "
-        "setting. Medians of the runs' medians; ratio = compilebench / reference.\n"
+        "setting. Medians of the runs' medians; ratio: the median over runs of compilebench / reference in the "
+        "same run, minutes apart (the runs are further apart, and this machine drifts).\n"
     )
-    print("| workload | side | compilebench | per run | reference | per run | ratio | target |")
-    print("| --- | --- | ---: | --- | ---: | --- | ---: | --- |")
-    for i, (label, _, _) in enumerate(workloads):
-        for side in ("eager", "compiled"):
-            mine, theirs = ours.get((i, side)), refs.get((i, side))
-            if not mine or not theirs:
-                print(f"| {label} | {side} | - | - | - | - | - | no result |")
-                continue
-            m, r = statistics.median(mine), statistics.median(theirs)
-            bound = WITHIN_AT_100_US if r >= 0.1 else WITHIN_AROUND_10_US
-            verdict = "ok" if abs(m / r - 1) <= bound else f"OUT (±{bound:.0%})"
-            each_m = ", ".join(_fmt(x) for x in mine)
-            each_r = ", ".join(_fmt(x) for x in theirs)
-            print(f"| {label} | {side} | {_fmt(m)} | {each_m} | {_fmt(r)} | {each_r} | {m / r:.3f} | {verdict} |")
+    print("\n".join(e2e_table([label for label, _, _ in workloads], ours, refs)))
     for line in not_ok:
         print(f"\nnot timed: {line}", end="")
     print()

@@ -130,3 +130,15 @@ def test_contamination_tells_a_late_median_inside_the_fresh_processes_range_apar
     assert "| 1.75x |" in row and "late within the fresh processes' range" in row
     outside = rounds(_result(2.0, 1.0))
     assert "OUT (±3%, same counts)" in contamination.table([probe], outside)[2]
+
+
+def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
+    """Each run's median is paired with the reference taken right after it: the machine drifts
+    between runs, so the median of compilebench's runs over the median of the reference's runs
+    (1.00 here) can hide a side that read 5.3% slow against its own reference in most runs."""
+    ours = {(0, "eager"): [0.9, 1.2, 1.0], (0, "compiled"): [0.5, 0.5, 0.5]}
+    refs = {(0, "eager"): [1.0, 1.1, 0.95], (0, "compiled"): [0.5, 0.51, 0.49]}
+    eager, compiled = fidelity.e2e_table(["w"], ours, refs)[2:]
+    assert "| 1.053 | 0.900, 1.091, 1.053 | OUT (±5%) |" in eager
+    assert compiled.endswith("| 1.000 | 1.000, 0.980, 1.020 | ok |")
+    assert fidelity.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"

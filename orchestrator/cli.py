@@ -23,7 +23,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Benchmark torch.compile against eager on every GPU of a Ray cluster (or on the CPU).",
 )
-_WIDTH = None if sys.stdout.isatty() else 200  # room for the results table with no number or verdict wrapped, in logs and pipes
+# In logs and pipes: room for the results table's 14 columns with no number or verdict wrapped.
+_WIDTH = None if sys.stdout.isatty() else 200
 out_console = Console(width=_WIDTH)
 err_console = Console(stderr=True, width=_WIDTH)
 

@@ -90,9 +90,12 @@ from tasks.tracing import CompileTrace
 CUMULATIVE_POINTS = 200  # points of each side's cumulative-time curve a result keeps: enough to draw it
 MAX_REASONS = 50  # guard failures kept per replay (a static policy over n values gives n - 1)
 # Calls one side serves before the other serves the same ones, in the first pass. A side's first
-# calls after the other side's run slow (tasks.timers, SETTLE_BLOCKS: within 2-4% from the fifth
-# call): over 50 calls that costs each side well under 1%, while blocks stay short against the
-# swings in load of a shared machine (seconds), which then hit both sides alike.
+# calls after the other side's run slow (tasks.timers, BLOCK_TARGET_MS and SETTLE_BLOCKS: within
+# 2-4% from the fifth call for most, from about the tenth for a memory-bound call of 0.2 ms, whose
+# first ten cost some five calls more): over 50 calls that costs a side under 1% for most targets
+# and up to about 10% of the pass's time for such a call, while blocks stay short against the
+# swings in load of a shared machine (seconds), which then hit both sides alike. The steady-state
+# times (the warm pass) are taken by the timer, which settles each side before timing it.
 FIRST_PASS_BLOCK = 50
 
 

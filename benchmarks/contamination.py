@@ -3,6 +3,7 @@ then again on the same worker after other experiments.
 
     python benchmarks/contamination.py            # 3 rounds, 20 other experiments between (~15 min on 2 cores)
     python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others between
+    python benchmarks/contamination.py --positions  # the yardstick: one probe again and again in one worker
 
 Each round is one ``orchestrator.api.run`` on a local Ray instance of one CPU, so that every
 experiment of the round lands on the same long-lived worker, one after another, in spec order:
@@ -27,6 +28,12 @@ recompiles, correctness), which must be identical. Target: every ratio within 3%
 side's fresh median, the fresh spread: how far the fresh workers (two a round, each a new process)
 differ among themselves (max / min), the yardstick for a probe whose late ratio misses 3%: a late
 median inside the fresh processes' range is one a new process could have given too.
+
+``--positions`` measures the yardstick itself: in one worker, the same probes again and again
+(``models.gpt`` training, ``blocks.mlp`` inference) at experiments 0, 12, 24 and 36, with ten
+trivial experiments (``seed.foo``, eager backend) between, in three worker processes. A worker's
+history barely changes between those positions; how far the medians move there is how far this
+machine moves one experiment's numbers within minutes.
 """
 
 from __future__ import annotations
@@ -90,6 +97,57 @@ OTHER_EXPERIMENTS: list[dict[str, Any]] = [
 ]
 COUNTS = ("graph_count", "graph_breaks", "graphs_compiled", "recompiled", "correct")
 
+POSITION_PROBES: list[dict[str, Any]] = [
+    {"target": "models.gpt", "params": {}, "phase": "training"},
+    {"target": "blocks.mlp", "params": {}, "phase": "inference"},
+]
+POSITIONS, POSITION_ROUNDS, POSITION_FILLERS = 4, 3, 10  # probes at experiments 0, 12, 24, 36 of a worker
+
+
+def positions_spec(index: int) -> dict[str, Any]:
+    """The probes ``POSITIONS`` times, ``POSITION_FILLERS`` trivial experiments between; each copy of
+    a probe differs only in ``timeout_s`` (not measured), so that the spec keeps them apart."""
+    experiments: list[dict[str, Any]] = []
+    for k in range(POSITIONS):
+        experiments += [{**p, "timing": PROBE_TIMING, "timeout_s": LATE_TIMEOUT_S - k} for p in POSITION_PROBES]
+        if k < POSITIONS - 1:
+            fillers = range(k * POSITION_FILLERS, (k + 1) * POSITION_FILLERS)
+            experiments += [{"target": "seed.foo", "compile": {"backend": "eager"}, "seed": i} for i in fillers]
+    return {"name": f"positions-{index}", "defaults": {"device": "cpu"}, "experiments": experiments}
+
+
+def positions_rows(rounds: list[list[dict[str, Any]]]) -> list[str]:
+    """Per probe, round and side: the medians at each position in one worker, and max / min."""
+    rows = [
+        "| probe | round | side | experiments before | medians (ms) | max / min |",
+        "| --- | ---: | --- | --- | --- | ---: |",
+    ]
+    for probe in POSITION_PROBES:
+        for index, results in enumerate(rounds):
+            mine = [r for r in results if r["target"] == probe["target"] and r["phase"] == probe["phase"]]
+            before = [(r.get("worker") or {}).get("experiments_before") for r in mine]
+            for side in ("eager", "compiled"):
+                medians = [m for r in mine if (m := side_median(r, side))]
+                shown = ", ".join(f"{m:.3f}" for m in medians) or "-"
+                rows.append(
+                    f"| {label(probe)} | {index + 1} | {side} | {before} | {shown} | "
+                    f"{spread(medians) if medians else '-'} |"
+                )
+    return rows
+
+
+def run_positions(tmp: Path) -> list[list[dict[str, Any]]]:
+    from orchestrator.api import run
+
+    rounds = []
+    for index in range(POSITION_ROUNDS):
+        print(f"positions round {index + 1}/{POSITION_ROUNDS}...", file=sys.stderr, flush=True)
+        spec = tmp / f"positions-{index}.json"
+        spec.write_text(json.dumps(positions_spec(index)))
+        report = run(spec, tmp / f"positions-{index}.report.json", num_cpus=1, overwrite=True)
+        rounds.append([r.model_dump(mode="json") for r in report.results])
+    return rounds
+
 
 @dataclass
 class Round:
@@ -144,6 +202,22 @@ def side_median(result: dict[str, Any], side: str) -> float | None:
 def label(probe: dict[str, Any]) -> str:
     name = next(lbl for lbl, target, params in PROBE_TARGETS if target == probe["target"] and params == probe["params"])
     return f"{name}, {probe['phase']}"
+
+
+def positions_main() -> None:
+    import ray
+
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        rounds = run_positions(Path(tmp))
+    ray.shutdown()
+    print("\n`python benchmarks/contamination.py --positions`")
+    print(
+        f"\nThe same probes at {POSITIONS} positions of one worker, {POSITION_FILLERS} trivial experiments between, "
+        f"{POSITION_ROUNDS} worker processes (one CPU, one thread). Probe timing {PROBE_TIMING} per side. "
+        f"{os.cpu_count()} cores, load average {load:.1f} at start.\n"
+    )
+    print("\n".join(positions_rows(rounds)))
 
 
 def midpoint(result: dict[str, Any]) -> float:
@@ -239,7 +313,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="fresh worker, others, late probes: this many times")
     parser.add_argument("--others", type=int, default=OTHERS, help=f"experiments between (at most {OTHERS})")
     parser.add_argument("--quick", action="store_true", help=f"1 round, {QUICK_PROBES} probes, {QUICK_OTHERS} others")
+    parser.add_argument("--positions", action="store_true", help="the same probes again and again in one worker")
     args = parser.parse_args()
+    if args.positions:
+        positions_main()
+        return
     rounds_n = 1 if args.quick else args.rounds
     probes = PROBES[:QUICK_PROBES] if args.quick else PROBES
     others = OTHER_EXPERIMENTS[: QUICK_OTHERS if args.quick else min(args.others, len(OTHER_EXPERIMENTS))]

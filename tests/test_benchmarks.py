@@ -142,3 +142,20 @@ def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
     assert "| 1.053 | 0.900, 1.091, 1.053 | OUT (±5%) |" in eager
     assert compiled.endswith("| 1.000 | 1.000, 0.980, 1.020 | ok |")
     assert fidelity.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"
+
+
+def test_contamination_positions_put_the_same_probes_at_experiments_0_12_24_and_36(tmp_path: Path) -> None:
+    loaded = _load(tmp_path, contamination.positions_spec(0))
+    at = [i for i, e in enumerate(loaded.experiments) if e.target != "seed.foo"]
+    assert at == [0, 1, 12, 13, 24, 25, 36, 37]
+    gpt = [loaded.experiments[i] for i in at[::2]]
+    assert len({e.id for e in gpt}) == 4  # kept apart
+    assert all(e.model_dump(exclude={"timeout_s"}) == gpt[0].model_dump(exclude={"timeout_s"}) for e in gpt)
+    fillers = [e for e in loaded.experiments if e.target == "seed.foo"]
+    assert len(fillers) == 30 and {e.compile.backend for e in fillers} == {"eager"}
+    results = [
+        {**_result(20.0 + k, 19.0), "target": e.target, "phase": e.phase, "worker": {"experiments_before": i}}
+        for k, (i, e) in enumerate((i, loaded.experiments[i]) for i in at)
+    ]
+    rows = contamination.positions_rows([results])
+    assert rows[2] == "| models.gpt, training | 1 | eager | [0, 12, 24, 36] | 20.000, 22.000, 24.000, 26.000 | 1.30x |"

@@ -117,16 +117,17 @@ def positions_spec(index: int) -> dict[str, Any]:
 
 
 def positions_rows(rounds: list[list[dict[str, Any]]]) -> list[str]:
-    """Per probe, round and side: the medians at each position in one worker, and max / min."""
+    """Per probe, round and side: the medians at each position in one worker, and max / min; the
+    speedups beside (each eager / compiled of one interleaved window)."""
     rows = [
-        "| probe | round | side | experiments before | medians (ms) | max / min |",
+        "| probe | round | side | experiments before | medians (ms; speedup: x) | max / min |",
         "| --- | ---: | --- | --- | --- | ---: |",
     ]
     for probe in POSITION_PROBES:
         for index, results in enumerate(rounds):
             mine = [r for r in results if r["target"] == probe["target"] and r["phase"] == probe["phase"]]
             before = [(r.get("worker") or {}).get("experiments_before") for r in mine]
-            for side in ("eager", "compiled"):
+            for side in ("eager", "compiled", "speedup"):
                 medians = [m for r in mine if (m := side_median(r, side))]
                 shown = ", ".join(f"{m:.3f}" for m in medians) or "-"
                 rows.append(
@@ -195,6 +196,10 @@ def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index:
 
 
 def side_median(result: dict[str, Any], side: str) -> float | None:
+    """A side's median (ms), or with ``side="speedup"`` the result's speedup."""
+    if side == "speedup":
+        speedup: float | None = result.get("speedup")
+        return speedup
     timing = result.get(side)
     return timing["median_ms"] if timing else None
 
@@ -265,8 +270,9 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
     rows = [
         "| probe | eager: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
         "compiled: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
-        "graphs, breaks, compiled, recompiled, correct | same counts | target |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | --- | --- | --- |",
+        "speedup: fresh | late/fresh at the same time | graphs, breaks, compiled, recompiled, correct | same counts | "
+        "target |",
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- | --- | --- |",
     ]
     for i, probe in enumerate(probes):
         cells, worst, within_spread = [], 0.0, True
@@ -281,6 +287,8 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
             worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
             within_spread &= bool(fresh and late) and min(fresh) <= statistics.median(late) <= max(fresh)
         fresh_all = [r.fresh[i] for r in rounds] + [r.after[i] for r in rounds if i < len(r.after)]
+        speedups = [m for x in fresh_all if (m := side_median(x, "speedup"))]
+        cells += [f"{statistics.median(speedups):.2f}x" if speedups else "-", ratio_cell(rounds, i, "speedup")[0]]
         seen = {counts(x) for x in fresh_all} | {counts(r.late[i]) for r in rounds}
         same = len(seen) == 1
         shown_counts = " / ".join(", ".join(str(v) for v in c) for c in sorted(seen, key=str))

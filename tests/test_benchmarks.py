@@ -42,6 +42,7 @@ def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", 
         "status": status,
         "eager": {"median_ms": eager},
         "compiled": {"median_ms": compiled},
+        "speedup": eager / compiled,
         "graph_count": graphs,
         "graph_breaks": 0,
         "graphs_compiled": graphs,
@@ -83,6 +84,7 @@ def test_contamination_compares_a_late_median_with_the_fresh_ones_around_it_at_i
     assert contamination.ratio_cell(rounds, 0, "eager", interpolated=False)[1] == pytest.approx(1.1)
     row = contamination.table([probe], rounds)[2]
     assert row.endswith("| ok |") and "| 1.100 |" in row  # the before-only ratio, shown beside
+    assert "| 2.00x | 1.000 (1.000) |" in row  # the speedup, fresh and late/fresh: drift moves both sides
     moved = _result(1.3, 0.5, at=50.0)  # history slowed the eager side by 18% beyond the drift
     rounds[0].late = [moved]
     assert "OUT" in contamination.table([probe], rounds)[2]
@@ -159,3 +161,4 @@ def test_contamination_positions_put_the_same_probes_at_experiments_0_12_24_and_
     ]
     rows = contamination.positions_rows([results])
     assert rows[2] == "| models.gpt, training | 1 | eager | [0, 12, 24, 36] | 20.000, 22.000, 24.000, 26.000 | 1.30x |"
+    assert rows[4].startswith("| models.gpt, training | 1 | speedup | [0, 12, 24, 36] | 1.053, 1.158, 1.263, 1.368 |")

@@ -161,6 +161,15 @@ class Round:
     before: list[int | None]  # worker.experiments_before of each experiment, in spec order
     after_pids: set[int]
 
+    @property
+    def after_apart(self) -> bool:
+        """Whether the probes after ran in a process of their own, not the round's worker."""
+        return bool(self.after_pids) and not self.after_pids & self.pids
+
+    def fresh_results(self, i: int) -> list[dict[str, Any]]:
+        """Probe ``i``'s fresh results: on the round's worker before the others, and on the new one after."""
+        return [self.fresh[i], *self.after[i : i + 1]]
+
 
 def round_spec(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int) -> dict[str, Any]:
     """Probes, others, the probes again (late copies with ``LATE_TIMEOUT_S``), all on the CPU."""
@@ -172,6 +181,12 @@ def round_spec(probes: list[dict[str, Any]], others: list[dict[str, Any]], index
     }
 
 
+def after_spec(probes: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """The probes alone, once each, as the round timed them: for the new worker after a round."""
+    timed = [{**p, "timing": PROBE_TIMING} for p in probes]
+    return {"name": f"contamination-{index}-after", "defaults": {"device": "cpu"}, "experiments": timed}
+
+
 def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int, tmp: Path) -> Round:
     """One round through ``orchestrator.api.run`` on a one-CPU local instance: one worker, in order."""
     from orchestrator.api import run
@@ -181,9 +196,9 @@ def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index:
     report = run(spec, tmp / f"round-{index}.report.json", num_cpus=1, overwrite=True)
     results = [r.model_dump(mode="json") for r in report.results]
     again = tmp / f"round-{index}-after.json"
-    again.write_text(json.dumps(round_spec(probes, [], index) | {"name": f"contamination-{index}-after"}))
+    again.write_text(json.dumps(after_spec(probes, index)))
     after_report = run(again, tmp / f"round-{index}-after.report.json", num_cpus=1, overwrite=True)
-    after = [r.model_dump(mode="json") for r in after_report.results][: len(probes)]
+    after = [r.model_dump(mode="json") for r in after_report.results]
     n = len(probes)
     return Round(
         fresh=results[:n],
@@ -233,8 +248,7 @@ def fresh_at(before: dict[str, Any], after: dict[str, Any] | None, when: float, 
     """The fresh median at time ``when``: interpolated between the fresh result before it and the one
     after it (each from a new worker), or the one before alone where there is no after."""
     first = side_median(before, side)
-    last = side_median(after, side) if after else None
-    if not first or not last or after is None:
+    if after is None or not first or not (last := side_median(after, side)):
         return first
     t0, t1 = midpoint(before), midpoint(after)
     share = min(1.0, max(0.0, (when - t0) / (t1 - t0))) if t1 > t0 else 0.5
@@ -276,9 +290,9 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
     ]
     for i, probe in enumerate(probes):
         cells, worst, within_spread = [], 0.0, True
+        fresh_all = [x for r in rounds for x in r.fresh_results(i)]
         for side in ("eager", "compiled"):
-            fresh_results = [r.fresh[i] for r in rounds] + [r.after[i] for r in rounds if i < len(r.after)]
-            fresh = [m for x in fresh_results if (m := side_median(x, side))]
+            fresh = [m for x in fresh_all if (m := side_median(x, side))]
             late = [m for r in rounds if (m := side_median(r.late[i], side))]
             shown, ratio = ratio_cell(rounds, i, side)
             _, before_only = ratio_cell(rounds, i, side, interpolated=False)
@@ -286,7 +300,6 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
             cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", spread(fresh), shown, before_shown]
             worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
             within_spread &= bool(fresh and late) and min(fresh) <= statistics.median(late) <= max(fresh)
-        fresh_all = [r.fresh[i] for r in rounds] + [r.after[i] for r in rounds if i < len(r.after)]
         speedups = [m for x in fresh_all if (m := side_median(x, "speedup"))]
         cells += [f"{statistics.median(speedups):.2f}x" if speedups else "-", ratio_cell(rounds, i, "speedup")[0]]
         seen = {counts(x) for x in fresh_all} | {counts(r.late[i]) for r in rounds}
@@ -357,14 +370,14 @@ def main() -> None:
         n = len(probes)
         one = "one process" if len(r.pids) == 1 else f"NOT one process: pids {sorted(r.pids)}"
         fresh_pos, late_pos = r.before[:n], r.before[-n:]
-        apart = "a new process" if r.after_pids and not r.after_pids & r.pids else "NOT a new process"
+        apart = "a new process" if r.after_apart else "NOT a new process"
         print(
             f"round {i + 1}: {one}; experiments before each probe: fresh {fresh_pos}, late {late_pos}; "
             f"the probes after: {apart}"
         )
     print()
     print("\n".join(table(probes, rounds)))
-    same_process = all(len(r.pids) == 1 and r.after_pids and not r.after_pids & r.pids for r in rounds)
+    same_process = all(len(r.pids) == 1 and r.after_apart for r in rounds)
     within = all(row.endswith("| ok |") for row in table(probes, rounds)[2:])
     verdict = "met" if same_process and within else "NOT met"
     print(f"\ntarget (every late/fresh median within {WITHIN:.0%}, identical counts, one worker per round): {verdict}")

@@ -33,6 +33,8 @@ def test_contamination_round_is_probes_others_then_the_same_probes_under_other_i
         (t, p) for _, t, _ in contamination.PROBE_TARGETS for p in ("inference", "training")
     }
     assert all(e.device == "cpu" for e in loaded.experiments)
+    after = _load(tmp_path, contamination.after_spec(probes, 0))  # the new worker's: the probes once each
+    assert [e.model_dump(exclude={"id"}) for e in after.experiments] == [e.model_dump(exclude={"id"}) for e in fresh]
 
 
 def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", at: float = 0.0) -> dict[str, Any]:

@@ -1,39 +1,40 @@
 """Does a long-lived worker's history move its numbers? A fixed probe mix timed on a fresh worker,
-then again on the same worker after other experiments.
+then again on the same worker after other experiments, each time beside a twin that ran none.
 
-    python benchmarks/contamination.py            # 3 rounds, 20 other experiments between (~15 min on 2 cores)
-    python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others between
+    python benchmarks/contamination.py            # 3 rounds, 20 other experiments, 3 pairs (~25 min on 2 cores)
+    python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others, 2 pairs
     python benchmarks/contamination.py --positions  # the yardstick: one probe again and again in one worker
+    python benchmarks/contamination.py --out run.json   # keep every result; --from run.json prints its tables again
 
-Each round is one ``orchestrator.api.run`` on a local Ray instance of one CPU, so that every
-experiment of the round lands on the same long-lived worker, one after another, in spec order:
+Each round starts two long-lived workers of one CPU (``orchestrator.pool.WorkerActor`` over
+``tasks.worker.Worker``: the procedure, the reset and the core claim every run uses) and sends
+them experiments one at a time:
 
 1. the probes (``seed.foo3``, ``blocks.mlp``, ``blocks.attention``, ``models.gpt``, each in
-   inference and in training), on the fresh worker;
-2. ``--others`` other experiments (other targets, modes, backends, precisions, dynamic shapes,
-   graph breaks, optimizers: what a sweep leaves in a process);
-3. the probes again. The late copy of a probe differs from the early one only in ``timeout_s``,
-   which is not measured: the spec then holds both under distinct ids;
-4. right after, a second ``orchestrator.api.run`` of the probes alone: a new worker, fresh again.
+   inference and in training) on the *aged* worker, fresh;
+2. ``--others`` other experiments on it (other targets, modes, backends, precisions, dynamic
+   shapes, graph breaks, optimizers: what a sweep leaves in a process);
+3. ``--pairs`` times each probe on the aged worker and, right before or after it (alternating),
+   on the *twin*, a worker that runs only the probes.
 
-The result's ``worker.pid`` and ``worker.experiments_before`` show that every experiment of a
-round's first run ran in one process and in which position; a round where they do not is reported
-as such. A late probe runs minutes after the fresh one, and this machine's speed drifts by more than
-3% in minutes; so each late median is compared with the fresh medians before and after it,
-interpolated to the time it was taken (results' ``started_at``/``finished_at``): drift that is
-linear over the round cancels, a worker's history does not. Per probe and side: the median over
-rounds of (late median / fresh median at the same time), and, for comparison, of (late / the fresh
-median before it only); and the graph counts (graphs traced, graph breaks, graphs compiled,
-recompiles, correctness), which must be identical. Target: every ratio within 3%. Beside each
-side's fresh median, the fresh spread: how far the fresh workers (two a round, each a new process)
-differ among themselves (max / min), the yardstick for a probe whose late ratio misses 3%: a late
-median inside the fresh processes' range is one a new process could have given too.
+This machine's speed moves by 10-30% from one second to the next (``fidelity.py drift``), so a
+late median compared with a fresh one minutes earlier says more about the machine than about
+the worker. A pair is the same experiment on the two histories, seconds apart, on the same core
+(each worker has core locks of its own, so both claim the lowest core and take turns on it);
+the median over the pairs of late / twin, with a 95% bootstrap interval, is the figure, and
+late / fresh minutes apart (the aged worker's first late copy over its fresh one) is shown beside.
+The twin's history is the probes themselves, so what the pairs measure is what the others leave
+behind. The graph counts (graphs traced, graph breaks, graphs compiled, recompiles, correctness)
+must be identical in every copy. Target: every late/twin median within 3%.
 
-``--positions`` measures the yardstick itself: in one worker, the same probes again and again
-(``models.gpt`` training, ``blocks.mlp`` inference) at experiments 0, 12, 24 and 36, with ten
-trivial experiments (``seed.foo``, eager backend) between, in three worker processes. A worker's
-history barely changes between those positions; how far the medians move there is how far this
-machine moves one experiment's numbers within minutes.
+The results' ``worker.pid``, ``worker.experiments_before`` and ``measurement.cores`` show that a
+round's aged worker was one process, in which position each probe ran, and that both workers
+used the same core; a round where they do not is reported as such.
+
+``--positions`` measures how far one worker's numbers move with no history to speak of: in one
+worker, the same probes again and again (``models.gpt`` training, ``blocks.mlp`` inference) at
+experiments 0, 12, 24 and 36, with ten trivial experiments (``seed.foo``, eager backend)
+between, in three worker processes, through ``orchestrator.api.run``.
 """
 
 from __future__ import annotations
@@ -53,11 +54,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WITHIN = 0.03  # late/fresh medians must lie within 3% of each other
+WITHIN = 0.03  # late/twin medians must lie within 3% of each other
 PROBE_TIMING = {"warmup_ms": 100, "repeats_ms": 1000}  # per side: ~1 s of samples, for medians steady to ~1%
-LATE_TIMEOUT_S = 1799.0  # the late copy's only difference (the default is 1800 s): another id, nothing measured
-ROUNDS, OTHERS = 3, 20
-QUICK_PROBES, QUICK_OTHERS = 4, 4
+LATE_TIMEOUT_S = 1799.0  # a --positions copy's only difference (the default is 1800 s): another id, nothing measured
+ROUNDS, OTHERS, PAIRS = 3, 20, 3
+QUICK_PROBES, QUICK_OTHERS, QUICK_PAIRS = 4, 4, 2
 
 # (label, target, params): small sizes, milliseconds per call on one core.
 PROBE_TARGETS: list[tuple[str, str, dict[str, Any]]] = [
@@ -150,64 +151,103 @@ def run_positions(tmp: Path) -> list[list[dict[str, Any]]]:
     return rounds
 
 
+AGED, TWIN = "aged", "twin"  # the round's worker that runs the others; the one that runs only the probes
+
+
 @dataclass
 class Round:
-    """One round's probe results, early and late, as plain data; whether one process ran it all."""
+    """One round's probe results as plain data: probe ``i`` fresh on the aged worker, its late copies
+    there after the others, the twin's copies each taken right beside a late one; where they ran."""
 
-    fresh: list[dict[str, Any]]
-    late: list[dict[str, Any]]
-    after: list[dict[str, Any]]  # the probes on a new worker, right after the late ones
-    pids: set[int]
-    before: list[int | None]  # worker.experiments_before of each experiment, in spec order
-    after_pids: set[int]
+    fresh: list[dict[str, Any]]  # probe i on the aged worker before anything else: a fresh process
+    late: list[list[dict[str, Any]]]  # probe i's copies on the aged worker, after the others
+    twin: list[list[dict[str, Any]]]  # probe i's copies on the twin, each beside a late one
+    pids: set[int]  # the aged worker's process(es)
+    twin_pids: set[int]
+    before: list[int | None]  # the aged worker's worker.experiments_before, in the order it ran them
+    cores: set[tuple[int, ...]]  # the cores the round's experiments ran on, both workers
 
     @property
-    def after_apart(self) -> bool:
-        """Whether the probes after ran in a process of their own, not the round's worker."""
-        return bool(self.after_pids) and not self.after_pids & self.pids
+    def apart(self) -> bool:
+        """Whether the twin is a process of its own, not the aged worker."""
+        return bool(self.twin_pids) and not self.twin_pids & self.pids
 
-    def fresh_results(self, i: int) -> list[dict[str, Any]]:
-        """Probe ``i``'s fresh results: on the round's worker before the others, and on the new one after."""
-        return [self.fresh[i], *self.after[i : i + 1]]
+    def pairs(self, i: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Probe ``i``'s (late, twin) pairs: two results of the same experiment seconds apart."""
+        return list(zip(self.late[i], self.twin[i], strict=True))
 
 
-def round_spec(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int) -> dict[str, Any]:
-    """Probes, others, the probes again (late copies with ``LATE_TIMEOUT_S``), all on the CPU."""
-    timed = [{**p, "timing": PROBE_TIMING} for p in probes]
-    return {
-        "name": f"contamination-{index}",
+def schedule(probes: int, others: int, pairs: int) -> list[tuple[str, str, int]]:
+    """A round's experiments in order, as (worker, ``probe`` or ``other``, index): the probes on the
+    aged worker (fresh), the others on it, then ``pairs`` times each probe on both workers, one
+    right after the other, which of them goes first alternating, so that a machine that drifts
+    within a pair does not favour one side."""
+    steps = [(AGED, "probe", i) for i in range(probes)] + [(AGED, "other", j) for j in range(others)]
+    for k in range(pairs):
+        for i in range(probes):
+            first, second = (AGED, TWIN) if (k + i) % 2 == 0 else (TWIN, AGED)
+            steps += [(first, "probe", i), (second, "probe", i)]
+    return steps
+
+
+def payloads(probes: list[dict[str, Any]], others: list[dict[str, Any]], tmp: Path) -> list[dict[str, Any]]:
+    """The probes (timed with ``PROBE_TIMING``) then the others, through the spec loader, as a worker
+    receives them: validated experiments as plain data."""
+    from orchestrator.spec import load_spec
+
+    spec = {
+        "name": "contamination",
         "defaults": {"device": "cpu"},
-        "experiments": [*timed, *others, *({**p, "timeout_s": LATE_TIMEOUT_S} for p in timed)],
+        "experiments": [*({**p, "timing": PROBE_TIMING} for p in probes), *others],
     }
+    path = tmp / "contamination.json"
+    path.write_text(json.dumps(spec))
+    return [e.model_dump(mode="json") for e in load_spec(path).experiments]
 
 
-def after_spec(probes: list[dict[str, Any]], index: int) -> dict[str, Any]:
-    """The probes alone, once each, as the round timed them: for the new worker after a round."""
-    timed = [{**p, "timing": PROBE_TIMING} for p in probes]
-    return {"name": f"contamination-{index}-after", "defaults": {"device": "cpu"}, "experiments": timed}
+def start_worker(state: Path) -> Any:
+    """A long-lived worker of one core: ``orchestrator.pool.WorkerActor`` over ``tasks.worker.Worker``,
+    the procedure and reset every run uses. Its core locks and compile caches are its own
+    (``COMPILEBENCH_STATE_DIR``), so that both workers of a round claim the same core, the lowest,
+    and take turns on it: the pairs compare histories, not cores."""
+    from orchestrator.pool import WorkerActor
+
+    env = {"COMPILEBENCH_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
+    return WorkerActor.options(num_cpus=1, runtime_env={"env_vars": env}).remote(1, None, None)  # type: ignore[attr-defined]
 
 
-def run_round(probes: list[dict[str, Any]], others: list[dict[str, Any]], index: int, tmp: Path) -> Round:
-    """One round through ``orchestrator.api.run`` on a one-CPU local instance: one worker, in order."""
-    from orchestrator.api import run
+def run_round(experiments: list[dict[str, Any]], probes: int, pairs: int, index: int, tmp: Path) -> Round:
+    """One round on two new workers, driven one experiment at a time in ``schedule``'s order; both
+    have started before the first experiment, and both are killed after the last."""
+    import ray
 
-    spec = tmp / f"round-{index}.json"
-    spec.write_text(json.dumps(round_spec(probes, others, index)))
-    report = run(spec, tmp / f"round-{index}.report.json", num_cpus=1, overwrite=True)
-    results = [r.model_dump(mode="json") for r in report.results]
-    again = tmp / f"round-{index}-after.json"
-    again.write_text(json.dumps(after_spec(probes, index)))
-    after_report = run(again, tmp / f"round-{index}-after.report.json", num_cpus=1, overwrite=True)
-    after = [r.model_dump(mode="json") for r in after_report.results]
-    n = len(probes)
+    workers = {who: start_worker(tmp / f"{who}-{index}") for who in (AGED, TWIN)}
+    ray.get([w.ready.remote() for w in workers.values()])
+    fresh: list[dict[str, Any]] = []
+    late: list[list[dict[str, Any]]] = [[] for _ in range(probes)]
+    twin: list[list[dict[str, Any]]] = [[] for _ in range(probes)]
+    ran: dict[str, list[dict[str, Any]]] = {AGED: [], TWIN: []}
+    for step, (who, what, i) in enumerate(schedule(probes, len(experiments) - probes, pairs)):
+        result = ray.get(workers[who].run.remote(experiments[i if what == "probe" else probes + i]))
+        ran[who].append(result)
+        if what == "probe":
+            (fresh if step < probes else late[i] if who == AGED else twin[i]).append(result)
+    for w in workers.values():
+        ray.kill(w)
+    everything = ran[AGED] + ran[TWIN]
     return Round(
-        fresh=results[:n],
-        late=results[-n:],
-        after=after,
-        pids={r["worker"]["pid"] for r in results if r.get("worker")},
-        before=[(r.get("worker") or {}).get("experiments_before") for r in results],
-        after_pids={r["worker"]["pid"] for r in after if r.get("worker")},
+        fresh=fresh,
+        late=late,
+        twin=twin,
+        pids=_pids(ran[AGED]),
+        twin_pids=_pids(ran[TWIN]),
+        before=[(r.get("worker") or {}).get("experiments_before") for r in ran[AGED]],
+        cores={tuple((r.get("measurement") or {}).get("cores") or ()) for r in everything},
     )
+
+
+def _pids(results: list[dict[str, Any]]) -> set[int]:
+    return {r["worker"]["pid"] for r in results if r.get("worker")}
 
 
 def side_median(result: dict[str, Any], side: str) -> float | None:
@@ -240,35 +280,54 @@ def positions_main() -> None:
     print("\n".join(positions_rows(rounds)))
 
 
-def midpoint(result: dict[str, Any]) -> float:
-    return (result["started_at"] + result["finished_at"]) / 2
+def pair_ratios(rounds: list[Round], i: int, side: str) -> list[list[float]]:
+    """Late / twin of each pair of probe ``i``, a list per round."""
+    groups = []
+    for r in rounds:
+        groups.append(
+            [a / b for late, twin in r.pairs(i) if (a := side_median(late, side)) and (b := side_median(twin, side))]
+        )
+    return groups
 
 
-def fresh_at(before: dict[str, Any], after: dict[str, Any] | None, when: float, side: str) -> float | None:
-    """The fresh median at time ``when``: interpolated between the fresh result before it and the one
-    after it (each from a new worker), or the one before alone where there is no after."""
-    first = side_median(before, side)
-    if after is None or not first or not (last := side_median(after, side)):
-        return first
-    t0, t1 = midpoint(before), midpoint(after)
-    share = min(1.0, max(0.0, (when - t0) / (t1 - t0))) if t1 > t0 else 0.5
-    return first + (last - first) * share
-
-
-def ratio_cell(rounds: list[Round], i: int, side: str, interpolated: bool = True) -> tuple[str, float | None]:
-    """Late / fresh per round, and their median: the fresh median at the late one's time, or the one
-    before it only."""
+def apart_ratios(rounds: list[Round], i: int, side: str) -> list[float]:
+    """The aged worker's first late copy of probe ``i`` / its fresh one, minutes apart, per round."""
     ratios = []
     for r in rounds:
-        after = r.after[i] if interpolated and i < len(r.after) else None
-        fresh = fresh_at(r.fresh[i], after, midpoint(r.late[i]), side)
-        late = side_median(r.late[i], side)
-        if fresh and late:
-            ratios.append(late / fresh)
+        if r.late[i] and (a := side_median(r.late[i][0], side)) and (b := side_median(r.fresh[i], side)):
+            ratios.append(a / b)
+    return ratios
+
+
+def ratio_cell(groups: list[list[float]]) -> tuple[str, float | None, tuple[float, float] | None]:
+    """``median [95% interval] (n pairs; each round's median)``; the median and the interval."""
+    ratios = [x for g in groups for x in g]
     if not ratios:
-        return "-", None
-    ratio = statistics.median(ratios)
-    return f"{ratio:.3f} ({', '.join(f'{x:.3f}' for x in ratios)})", ratio
+        return "-", None, None
+    median = statistics.median(ratios)
+    per_round = f"; rounds {', '.join(f'{statistics.median(g):.2f}' for g in groups if g)}" if len(groups) > 1 else ""
+    if len(ratios) < 3:
+        return f"{median:.3f} ({len(ratios)}{per_round})", median, None
+    low, high = round_interval(groups)
+    return f"{median:.3f} [{low:.3f}, {high:.3f}] ({len(ratios)}{per_round})", median, (low, high)
+
+
+def round_interval(groups: list[list[float]], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the median of all pairs, resampling rounds, then the pairs within each.
+
+    The copies of one round share two processes, and where a process's memory lies can set a
+    memory-bound probe's speed for its whole life (``fidelity.py drift``): a round, not a pair, is
+    the unit that is drawn afresh. With one round this is the plain bootstrap of its pairs."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    kept = [np.asarray(g, dtype=float) for g in groups if g]
+    medians = np.empty(resamples)
+    for k in range(resamples):
+        picked = [kept[j] for j in rng.integers(0, len(kept), len(kept))]
+        medians[k] = np.median(np.concatenate([g[rng.integers(0, len(g), len(g))] for g in picked]))
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def spread(values: list[float]) -> str:
@@ -282,42 +341,46 @@ def counts(result: dict[str, Any]) -> tuple[Any, ...]:
 
 def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
     rows = [
-        "| probe | eager: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
-        "compiled: fresh | fresh spread | late/fresh at the same time | late/fresh before | "
-        "speedup: fresh | late/fresh at the same time | graphs, breaks, compiled, recompiled, correct | same counts | "
-        "target |",
-        "| --- | ---: | ---: | --- | ---: | ---: | ---: | --- | ---: | ---: | --- | --- | --- | --- |",
+        "| probe | eager: fresh | late/twin | late/fresh, minutes apart | compiled: fresh | late/twin | "
+        "late/fresh, minutes apart | speedup: fresh | late/twin | graphs, breaks, compiled, recompiled, correct | "
+        "same counts | target |",
+        "| --- | ---: | --- | --- | ---: | --- | --- | ---: | --- | --- | --- | --- |",
     ]
     for i, probe in enumerate(probes):
-        cells, worst, within_spread = [], 0.0, True
-        fresh_all = [x for r in rounds for x in r.fresh_results(i)]
+        cells: list[str] = []
+        worst, noise = 0.0, True
+        every = [x for r in rounds for x in (r.fresh[i], *r.late[i], *r.twin[i])]
         for side in ("eager", "compiled"):
-            fresh = [m for x in fresh_all if (m := side_median(x, side))]
-            late = [m for r in rounds if (m := side_median(r.late[i], side))]
-            shown, ratio = ratio_cell(rounds, i, side)
-            _, before_only = ratio_cell(rounds, i, side, interpolated=False)
-            before_shown = f"{before_only:.3f}" if before_only is not None else "-"
-            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", spread(fresh), shown, before_shown]
+            fresh = [m for r in rounds if (m := side_median(r.fresh[i], side))]
+            shown, ratio, ci = ratio_cell(pair_ratios(rounds, i, side))
+            apart = apart_ratios(rounds, i, side)
+            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", shown, _list(apart)]
             worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
-            within_spread &= bool(fresh and late) and min(fresh) <= statistics.median(late) <= max(fresh)
-        speedups = [m for x in fresh_all if (m := side_median(x, "speedup"))]
-        cells += [f"{statistics.median(speedups):.2f}x" if speedups else "-", ratio_cell(rounds, i, "speedup")[0]]
-        seen = {counts(x) for x in fresh_all} | {counts(r.late[i]) for r in rounds}
+            noise &= ci is not None and ci[0] <= 1.0 <= ci[1]
+        speedups = [m for r in rounds if (m := side_median(r.fresh[i], "speedup"))]
+        cells += [
+            f"{statistics.median(speedups):.2f}x" if speedups else "-",
+            ratio_cell(pair_ratios(rounds, i, "speedup"))[0],
+        ]
+        seen = {counts(x) for x in every}
         same = len(seen) == 1
         shown_counts = " / ".join(", ".join(str(v) for v in c) for c in sorted(seen, key=str))
-        statuses = {x["status"] for x in fresh_all} | {r.late[i]["status"] for r in rounds}
+        statuses = {x["status"] for x in every}
         if worst <= WITHIN and same and statuses == {"ok"}:
             verdict = "ok"
-        elif within_spread and len(rounds) > 1 and same and statuses == {"ok"}:
-            verdict = f"OUT of ±{WITHIN:.0%}; late within the fresh processes' range"
+        elif noise and same and statuses == {"ok"}:
+            verdict = f"OUT of ±{WITHIN:.0%}; 1.0 inside both intervals"
         else:
-            verdict = f"OUT (±{WITHIN:.0%}, same counts)"
+            verdict = f"OUT (±{WITHIN:.0%}{', same counts' if same else ''})"
         if statuses != {"ok"}:
             verdict += f"; status {', '.join(sorted(statuses))}"
-        rows.append(
-            f"| {label(probe)} | {' | '.join(cells)} | {shown_counts} | {'yes' if same else 'NO'} | {verdict} |"
-        )
+        same_cell = "yes" if same else "NO"
+        rows.append(f"| {label(probe)} | {' | '.join(cells)} | {shown_counts} | {same_cell} | {verdict} |")
     return rows
+
+
+def _list(ratios: list[float]) -> str:
+    return ", ".join(f"{x:.3f}" for x in ratios) or "-"
 
 
 def in_own_state() -> None:
@@ -331,56 +394,120 @@ def in_own_state() -> None:
 def main() -> None:
     in_own_state()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="fresh worker, others, late probes: this many times")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="new aged and twin workers: this many times")
     parser.add_argument("--others", type=int, default=OTHERS, help=f"experiments between (at most {OTHERS})")
+    parser.add_argument("--pairs", type=int, default=PAIRS, help="late/twin pairs of each probe in a round")
     parser.add_argument("--quick", action="store_true", help=f"1 round, {QUICK_PROBES} probes, {QUICK_OTHERS} others")
     parser.add_argument("--positions", action="store_true", help="the same probes again and again in one worker")
+    parser.add_argument("--out", type=Path, help="also write every result of the run to this JSON file")
+    parser.add_argument("--from", dest="source", type=Path, help="print the tables of a run written by --out")
     args = parser.parse_args()
     if args.positions:
         positions_main()
         return
+    if args.source:
+        data = json.loads(args.source.read_text())
+    else:
+        data = collect(args)
+        if args.out:
+            partial = args.out.with_name(args.out.name + ".partial")
+            partial.write_text(json.dumps(data))
+            partial.replace(args.out)
+    render(data)
+
+
+def collect(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the rounds; everything ``render`` needs, as plain data."""
     rounds_n = 1 if args.quick else args.rounds
+    pairs = QUICK_PAIRS if args.quick else args.pairs
     probes = PROBES[:QUICK_PROBES] if args.quick else PROBES
     others = OTHER_EXPERIMENTS[: QUICK_OTHERS if args.quick else min(args.others, len(OTHER_EXPERIMENTS))]
     load = os.getloadavg()[0]
 
     import ray
 
+    from orchestrator.cluster import connect
+
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp:
+        connect(num_cpus=2)  # two workers of one CPU each; they take turns on one core
+        experiments = payloads(probes, others, Path(tmp))
         for index in range(rounds_n):
             print(
-                f"round {index + 1}/{rounds_n}: {len(probes)} probes, {len(others)} others, the probes again...",
+                f"round {index + 1}/{rounds_n}: {len(probes)} probes fresh, {len(others)} others, "
+                f"then {pairs} late/twin pair(s) of each probe...",
                 file=sys.stderr,
                 flush=True,
             )
-            rounds.append(run_round(probes, others, index, Path(tmp)))
+            rounds.append(run_round(experiments, len(probes), pairs, index, Path(tmp)))
     ray.shutdown()
+    return {
+        "command": f"python benchmarks/contamination.py {shlex.join(sys.argv[1:])}".strip(),
+        "probes": probes,
+        "others": len(others),
+        "pairs": pairs,
+        "machine": f"{os.cpu_count()} cores, load average {load:.1f} at start; Ray {ray.__version__}, "
+        f"Python {platform.python_version()}",
+        "rounds": [round_data(r) for r in rounds],
+    }
 
-    print(f"\n`python benchmarks/contamination.py {shlex.join(sys.argv[1:])}`".replace(" `", "`"))
+
+def round_data(r: Round) -> dict[str, Any]:
+    """A round as JSON data (``rounds_of`` reads it back)."""
+    return {
+        **{name: getattr(r, name) for name in ("fresh", "late", "twin", "before")},
+        "pids": sorted(r.pids),
+        "twin_pids": sorted(r.twin_pids),
+        "cores": [list(c) for c in sorted(r.cores)],
+    }
+
+
+def rounds_of(data: dict[str, Any]) -> list[Round]:
+    return [
+        Round(
+            fresh=r["fresh"],
+            late=r["late"],
+            twin=r["twin"],
+            pids=set(r["pids"]),
+            twin_pids=set(r["twin_pids"]),
+            before=r["before"],
+            cores={tuple(c) for c in r["cores"]},
+        )
+        for r in data["rounds"]
+    ]
+
+
+def render(data: dict[str, Any]) -> None:
+    probes, rounds, pairs = data["probes"], rounds_of(data), data["pairs"]
+    n, k = len(probes), data["others"]
+    print(f"\n`{data['command']}`")
     print(
-        f"\n{len(probes)} probes on a fresh worker, then after {len(others)} other experiments on the same worker, "
-        "then on a new worker again; late/fresh at the same time: the late median over the fresh medians before and "
-        f"after it, interpolated to its time. {rounds_n} round(s), each with new workers (one CPU, one thread). "
-        f"Probe timing {PROBE_TIMING} per side. "
-        f"{os.cpu_count()} cores, load average {load:.1f} at start; Ray {ray.__version__}, "
-        f"Python {platform.python_version()}\n"
+        f"\n{n} probes on a fresh worker (the aged one), then {k} other experiments on it, then {pairs} time(s) "
+        "each probe on it and, right beside, on a twin worker that runs only the probes, which of the two first "
+        "alternating. late/twin: the median over the pairs of the aged worker's median / the twin's [95% bootstrap "
+        "interval, rounds resampled, then pairs] (pairs; each round's median); late/fresh, minutes apart: the aged "
+        f"worker's first late median / its fresh one, per round. {len(rounds)} round(s), each with two new workers "
+        f"of one CPU and one thread, taking turns on one core. Probe timing {PROBE_TIMING} per side. "
+        f"{data['machine']}\n"
     )
     for i, r in enumerate(rounds):
-        n = len(probes)
         one = "one process" if len(r.pids) == 1 else f"NOT one process: pids {sorted(r.pids)}"
-        fresh_pos, late_pos = r.before[:n], r.before[-n:]
-        apart = "a new process" if r.after_apart else "NOT a new process"
+        apart = "a process of its own" if r.apart else "NOT a process of its own"
+        cores = ", ".join(str(list(c)) for c in sorted(r.cores))
         print(
-            f"round {i + 1}: {one}; experiments before each probe: fresh {fresh_pos}, late {late_pos}; "
-            f"the probes after: {apart}"
+            f"round {i + 1}: aged worker {one}; experiments before each probe: fresh {r.before[:n]}, "
+            f"late {r.before[n + k]} to {r.before[-1]}; twin: {apart}; cores {cores}"
         )
+    rows = table(probes, rounds)
     print()
-    print("\n".join(table(probes, rounds)))
-    same_process = all(len(r.pids) == 1 and r.after_apart for r in rounds)
-    within = all(row.endswith("| ok |") for row in table(probes, rounds)[2:])
+    print("\n".join(rows))
+    same_process = all(len(r.pids) == 1 and r.apart and len(r.cores) == 1 for r in rounds)
+    within = all(row.endswith("| ok |") for row in rows[2:])
     verdict = "met" if same_process and within else "NOT met"
-    print(f"\ntarget (every late/fresh median within {WITHIN:.0%}, identical counts, one worker per round): {verdict}")
+    print(
+        f"\ntarget (every late/twin median within {WITHIN:.0%}, identical counts, one aged worker a round, "
+        f"both workers on one core): {verdict}"
+    )
 
 
 if __name__ == "__main__":

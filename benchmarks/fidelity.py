@@ -1,20 +1,27 @@
-"""Fidelity of compilebench's numbers: whole experiments against an independent timer, its timers
-against independent ones, run-to-run stability through the real CLI, and an experiment timed
-alone vs beside a compiling neighbour.
+"""Fidelity of compilebench's numbers: whole experiments against an independent timer, that timer
+against itself, compilebench's timers against independent ones, run-to-run stability through the
+real CLI, and an experiment timed alone vs beside a compiling neighbour.
 
-    python benchmarks/fidelity.py                    # every section (about 15 minutes on 2 cores)
-    python benchmarks/fidelity.py e2e timers         # some: e2e | timers | interleaving | stability | neighbours
+    python benchmarks/fidelity.py                    # every section (about 25 minutes on 2 cores)
+    python benchmarks/fidelity.py e2e drift          # some: e2e drift timers interleaving stability neighbours
     python benchmarks/fidelity.py e2e --quick        # two workloads, one run each
 
 **End to end** (``e2e``): each workload runs as an experiment through ``orchestrator.api.run``
-on the real workers (a local Ray instance of one CPU: one long-lived worker, experiments one
-at a time, one thread), ``--runs`` times; between runs, each workload is timed by
-``torch.utils.benchmark.Timer.blocked_autorange`` in a fresh Python process of its own: the
-same target built by the same factory from the same seed, compiled the same way
-(``torch.compile`` with the experiment's compile settings, inference under ``no_grad``, modules
-in ``eval()``), at the worker's thread count. The ratio compares the median of each side's run
-medians with the median of the reference's. This is what a user sees who times the callable on
-its own, against what compilebench reports for it.
+on the real workers (a local Ray instance of one CPU: one long-lived worker, one thread),
+``--runs`` times, one ``run`` of that workload alone each time; seconds after each, the workload
+is timed by ``torch.utils.benchmark.Timer.blocked_autorange`` in a new process (``Reference``),
+as each run's worker is one: where a process's memory lies can set a memory-bound call's speed
+for the process's life (``drift``), so both sides are drawn afresh every run. The reference is
+the same target built by the same factory from the same seed,
+compiled the same way (``torch.compile`` with the experiment's compile settings, inference under
+``no_grad``, modules in ``eval()``), at the worker's thread count, on its core. The ratio is the
+median over runs of each run's compilebench median over the reference taken right after it. This
+is what a user sees who times the callable on its own, against what compilebench reports for it.
+
+**Drift** (``drift``): the reference against itself. Two identical reference processes, pinned to
+one core, take turns timing the same workload, window after window; the ratios of neighbouring
+windows are what this machine does to two measurements of one thing seconds apart, the floor
+under every comparison the other sections make.
 
 **Interleaving** (``interleaving``): in this process, the same eager and compiled callables timed
 by ``blocked_autorange`` (a loop of one side), by compilebench's CPU timer alone, interleaved as
@@ -62,7 +69,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 REFERENCE_MIN_RUN_S = 0.15  # blocked_autorange's measuring time per workload and round
 OUR_TIMING = TimingConfig(warmup_ms=20, repeats_ms=150)  # the same budget for our timer
 ROUNDS = 7  # ours, reference, ours, reference...: each ratio pairs neighbours in time; the median is kept
-E2E_RUNS = 3  # runs of the whole sweep, each followed by a fresh reference process per workload
+E2E_RUNS = 5  # runs of each workload, each followed by a new reference process
 E2E_TIMING = {"warmup_ms": 50, "repeats_ms": 300}  # per side in each run; the reference's budget below
 E2E_REFERENCE_MIN_RUN_S = 0.3  # blocked_autorange's measuring time per side and round in the reference
 E2E_REFERENCE_ROUNDS = 5  # eager, compiled, eager, compiled...: the median of each side's rounds
@@ -236,8 +243,8 @@ def e2e_spec(workloads: list[tuple[str, str, dict[str, Any]]], seed: int) -> str
     return json.dumps(spec)  # JSON is YAML
 
 
-def e2e_run(workloads: list[tuple[str, str, dict[str, Any]]], out_dir: Path, index: int, seed: int) -> list[Any]:
-    """One run of every workload through ``orchestrator.api.run`` (one worker: a one-CPU instance);
+def e2e_run(workloads: list[tuple[str, str, dict[str, Any]]], out_dir: Path, index: str, seed: int) -> list[Any]:
+    """One run of the workloads through ``orchestrator.api.run`` (one worker: a one-CPU instance);
     the results in workload order. The workers of a run are gone when it returns."""
     from orchestrator.api import run
 
@@ -247,23 +254,46 @@ def e2e_run(workloads: list[tuple[str, str, dict[str, Any]]], out_dir: Path, ind
     return list(report.results)
 
 
-def e2e_reference(
-    target: str, params: dict[str, Any], threads: int, seed: int, cores: list[int] | None = None
-) -> dict[str, float]:
-    """Eager and compiled medians (ms) of ``target`` from ``blocked_autorange`` in a fresh process
-    (``--reference-child``) at ``threads`` threads, on the cores the worker was pinned to and with
-    the C allocator set as the worker set it (``timing.allocator: steady``, the default)."""
-    request = json.dumps({"target": target, "params": params, "threads": threads, "seed": seed, "cores": cores})
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--reference-child", request]
-    done = subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, text=True)
-    medians: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
-    return medians
+class Reference:
+    """A long-lived reference process for one workload (``--reference-child``): it builds the target
+    as the worker does (seeded), compiles it with ``torch.compile``'s defaults, under ``no_grad``
+    with modules in ``eval()``, at ``threads`` threads, pinned to ``cores`` (the worker's) and with
+    the C allocator set as the worker sets it (``timing.allocator: steady``, the default); then, each
+    time it is asked, times both sides by ``blocked_autorange`` in alternating rounds. It has run
+    nothing else: a fresh process, whose build and compile are paid once."""
+
+    def __init__(self, target: str, params: dict[str, Any], threads: int, seed: int, cores: list[int] | None) -> None:
+        request = json.dumps({"target": target, "params": params, "threads": threads, "seed": seed, "cores": cores})
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--reference-child", request]
+        self.target = target
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def time(self, rounds: int, window_s: float) -> dict[str, float]:
+        """Each side's median (ms) over ``rounds`` rounds of eager then compiled, ``window_s`` each."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"rounds": rounds, "window_s": window_s}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the reference process of {self.target} exited with code {self.proc.wait()}")
+        medians: dict[str, float] = json.loads(line)
+        return medians
+
+    def __enter__(self) -> Reference:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()  # the child's loop ends
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def reference_child(request: dict[str, Any]) -> None:
-    """In a fresh process: build the target as the worker does (seeded), compile it with
-    ``torch.compile``'s defaults, under ``no_grad`` with modules in ``eval()``, and time both
-    sides by ``blocked_autorange`` in alternating rounds; print the medians as JSON."""
+    """In a fresh process: prepare the workload as ``Reference`` says, then answer each request on
+    stdin (``{"rounds": n, "window_s": s}``) with both sides' medians (ms) as one JSON line."""
     from tasks.isolation import pin, set_allocator
 
     if request.get("cores"):
@@ -275,15 +305,17 @@ def reference_child(request: dict[str, Any]) -> None:
     fn, inputs = work.fn, work.inputs
     if isinstance(fn, torch.nn.Module):
         fn.eval()
-    rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
     with torch.no_grad():
         compiled = torch.compile(fn)
         compiled(*inputs)  # compiles
-        for _ in range(E2E_REFERENCE_ROUNDS):
-            for side, call in (("eager", fn), ("compiled", compiled)):
-                timer = tbench.Timer(stmt="fn(*inputs)", globals={"fn": call, "inputs": inputs})
-                rounds[side].append(timer.blocked_autorange(min_run_time=E2E_REFERENCE_MIN_RUN_S).median * 1e3)
-    print(json.dumps({side: statistics.median(ms) for side, ms in rounds.items()}))
+        for line in sys.stdin:
+            ask = json.loads(line)
+            rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
+            for _ in range(ask["rounds"]):
+                for side, call in (("eager", fn), ("compiled", compiled)):
+                    timer = tbench.Timer(stmt="fn(*inputs)", globals={"fn": call, "inputs": inputs})
+                    rounds[side].append(timer.blocked_autorange(min_run_time=ask["window_s"]).median * 1e3)
+            print(json.dumps({side: statistics.median(ms) for side, ms in rounds.items()}), flush=True)
 
 
 def e2e_table(
@@ -319,7 +351,7 @@ def e2e_table(
 
 
 def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
-    """Whole experiments through ``orchestrator.api.run`` against a fresh-process reference, per side."""
+    """Whole experiments through ``orchestrator.api.run`` against a reference taken right after each, per side."""
     workloads = E2E_WORKLOADS[:E2E_QUICK] if quick else E2E_WORKLOADS
     runs = 1 if quick else runs
     seed = 0
@@ -329,9 +361,9 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
     not_ok: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for index in range(runs):
-            print(f"e2e run {index + 1}/{runs}: {len(workloads)} experiments...", file=sys.stderr, flush=True)
-            results = e2e_run(workloads, Path(tmp), index, seed)
-            for i, (result, (label, target, params)) in enumerate(zip(results, workloads, strict=True)):
+            print(f"e2e run {index + 1}/{runs}: {len(workloads)} workloads...", file=sys.stderr, flush=True)
+            for i, (label, target, params) in enumerate(workloads):
+                (result,) = e2e_run([workloads[i]], Path(tmp), f"{index}-{i}", seed)
                 if result.status != "ok" or result.eager is None or result.compiled is None:
                     not_ok.append(f"run {index + 1}, {label}: {result.status}")
                     continue
@@ -340,7 +372,8 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
                 ours.setdefault((i, "eager"), []).append(result.eager.median_ms)
                 ours.setdefault((i, "compiled"), []).append(result.compiled.median_ms)
                 cores = list(result.measurement.cores) if result.measurement is not None else []
-                ref = e2e_reference(target, params, threads, seed, cores)
+                with Reference(target, params, threads, seed, cores) as reference:  # a new process each run
+                    ref = reference.time(E2E_REFERENCE_ROUNDS, E2E_REFERENCE_MIN_RUN_S)
                 for side in ("eager", "compiled"):
                     refs.setdefault((i, side), []).append(ref[side])
         import ray
@@ -348,19 +381,81 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
         ray.shutdown()
     shown = ", ".join(str(t) for t in sorted(threads_seen)) or "-"
     print(
-        f"\n## End to end on cpu: orchestrator.api.run vs torch.utils.benchmark in a fresh process ({shown} thread)\n"
+        f"\n## End to end on cpu: orchestrator.api.run vs torch.utils.benchmark in a process of its own "
+        f"({shown} thread)\n"
     )
     print(
-        f"{runs} run(s) of the sweep (one worker, experiments one at a time; timing {E2E_TIMING}); after each, "
-        f"every workload in a fresh process by blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds of "
-        f"{E2E_REFERENCE_MIN_RUN_S} s per side), pinned to the worker's core with the worker's allocator "
-        "setting. Medians of the runs' medians; ratio: the median over runs of compilebench / reference in the "
-        "same run, minutes apart (the runs are further apart, and this machine drifts).\n"
+        f"{runs} run(s) of each workload, each one orchestrator.api.run of that workload alone (a new worker; "
+        f"timing {E2E_TIMING}), and right after it the reference: blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds "
+        f"of {E2E_REFERENCE_MIN_RUN_S} s per side) in a new process, pinned to the worker's core with the "
+        "worker's allocator setting. Medians of the runs' "
+        "medians; ratio: the median over runs of compilebench / the reference taken seconds after it.\n"
     )
     print("\n".join(e2e_table([label for label, _, _ in workloads], ours, refs)))
     for line in not_ok:
         print(f"\nnot timed: {line}", end="")
     print()
+
+
+DRIFT_WORKLOADS = (E2E_WORKLOADS[0], E2E_WORKLOADS[2], E2E_WORKLOADS[3])  # gelu 512x256, foo3 1024x1024, mlp
+DRIFT_PAIRS = 25  # windows of each process, alternating
+DRIFT_WINDOW_S = 0.5  # blocked_autorange's measuring time per side and window
+
+
+def section_drift(pairs: int = DRIFT_PAIRS) -> None:
+    """The reference against itself: two identical reference processes of a workload, pinned to the
+    same core, take turns timing it, window after window; the ratio of each pair of neighbouring
+    windows is what this machine does to two measurements of the same thing seconds apart."""
+    core = min(os.sched_getaffinity(0))
+    rows = drift_header()
+    for label, target, params in DRIFT_WORKLOADS:
+        print(f"drift: {label}, {pairs} pairs...", file=sys.stderr, flush=True)
+        with Reference(target, params, 1, 0, [core]) as a, Reference(target, params, 1, 0, [core]) as b:
+            a.time(1, 0.05), b.time(1, 0.05)  # both built and compiled before the first pair
+            series: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+            for k in range(pairs):
+                for who, ref in (("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a)):
+                    series[who].append(ref.time(1, DRIFT_WINDOW_S))
+        rows += drift_rows(label, series)
+    print(f"\n## The reference against itself: two identical processes taking turns on core {core}\n")
+    print(
+        f"Per workload, two reference processes (blocked_autorange, one thread, built and compiled alike, "
+        f"pinned to core {core}) time it in turn, {DRIFT_WINDOW_S} s per side a window, {pairs} windows each, "
+        "which goes first alternating. A/B: each pair of neighbouring windows' ratio, their median [95% "
+        "bootstrap interval], the range of single pairs and how many lie within 3% and 5%; over the run: how "
+        "far one process's own windows move (max / min).\n"
+    )
+    print("\n".join(rows))
+
+
+def drift_header() -> list[str]:
+    return [
+        "| workload | side | A/B: median of pairs | single pairs | within 3% | within 5% | A over the run "
+        "| B over the run |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: |",
+    ]
+
+
+def drift_rows(label: str, series: dict[str, list[dict[str, float]]]) -> list[str]:
+    """Per side: the pairs' ratios (A's window / B's window next to it), and each process's own movement."""
+    from tasks.stats import median_ci
+
+    rows = []
+    for side in ("eager", "compiled"):
+        a = [w[side] for w in series["a"]]
+        b = [w[side] for w in series["b"]]
+        ratios = [x / y for x, y in zip(a, b, strict=True)]
+        low, high = median_ci(ratios)
+        cells = [
+            f"{statistics.median(ratios):.3f} [{low:.3f}, {high:.3f}] ({len(ratios)})",
+            f"{min(ratios):.3f}-{max(ratios):.3f}",
+            f"{sum(abs(r - 1) <= 0.03 for r in ratios)}/{len(ratios)}",
+            f"{sum(abs(r - 1) <= 0.05 for r in ratios)}/{len(ratios)}",
+            f"{max(a) / min(a):.2f}x",
+            f"{max(b) / min(b):.2f}x",
+        ]
+        rows.append(f"| {label} | {side} | {' | '.join(cells)} |")
+    return rows
 
 
 SWITCH_WORKLOADS = ("gelu 512x256", "gelu 64x64", "seed.foo3 1024x1024")  # ~1 ms, ~25 us, ~0.2 ms compiled
@@ -564,7 +659,7 @@ def _fmt(ms: float) -> str:
     return f"{ms * 1e3:.2f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
-SECTIONS = ("e2e", "timers", "interleaving", "stability", "neighbours")
+SECTIONS = ("e2e", "drift", "timers", "interleaving", "stability", "neighbours")
 
 
 def main() -> None:
@@ -587,6 +682,8 @@ def main() -> None:
     for name in args.sections or SECTIONS:
         if name == "e2e":
             section_e2e(args.runs, args.quick)
+        elif name == "drift":
+            section_drift()
         elif name == "timers":
             section_timers()
         elif name == "interleaving":

@@ -108,6 +108,13 @@ def speedup_ci(
     return _interval(speedup_replicates(eager, compiled, resamples, seed))
 
 
+def median_ci(
+    values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median of ``values``."""
+    return _interval(bootstrap_medians(values, np.random.default_rng(seed), resamples))
+
+
 def geomean(values: Sequence[float]) -> float:
     """Geometric mean; slowdowns (< 1) count as they are."""
     return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))

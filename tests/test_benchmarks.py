@@ -19,24 +19,6 @@ def _load(tmp_path: Path, spec: dict[str, Any]):
     return load_spec(path)
 
 
-def test_contamination_round_is_probes_others_then_the_same_probes_under_other_ids(tmp_path: Path) -> None:
-    probes, others = contamination.PROBES, contamination.OTHER_EXPERIMENTS
-    loaded = _load(tmp_path, contamination.round_spec(probes, others, 0))
-    n = len(probes)
-    assert len(loaded.experiments) == 2 * n + len(others) == 2 * 8 + 20
-    fresh, late = loaded.experiments[:n], loaded.experiments[-n:]
-    for early, again in zip(fresh, late, strict=True):
-        assert early.id != again.id  # both kept: the spec refuses the same experiment twice
-        assert early.model_dump(exclude={"timeout_s"}) == again.model_dump(exclude={"timeout_s"})
-        assert early.timing.repeats_ms == contamination.PROBE_TIMING["repeats_ms"]
-    assert {(e.target, e.phase) for e in fresh} == {
-        (t, p) for _, t, _ in contamination.PROBE_TARGETS for p in ("inference", "training")
-    }
-    assert all(e.device == "cpu" for e in loaded.experiments)
-    after = _load(tmp_path, contamination.after_spec(probes, 0))  # the new worker's: the probes once each
-    assert [e.model_dump(exclude={"id"}) for e in after.experiments] == [e.model_dump(exclude={"id"}) for e in fresh]
-
-
 def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", at: float = 0.0) -> dict[str, Any]:
     return {
         "started_at": at,
@@ -53,6 +35,40 @@ def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", 
     }
 
 
+def test_contamination_round_is_probes_fresh_others_then_pairs_on_the_aged_worker_and_its_twin(tmp_path: Path) -> None:
+    n, k = len(contamination.PROBES), len(contamination.OTHER_EXPERIMENTS)
+    assert (n, k) == (8, 20)
+    steps = contamination.schedule(n, k, 3)
+    aged, twin = contamination.AGED, contamination.TWIN
+    assert steps[:n] == [(aged, "probe", i) for i in range(n)]
+    assert steps[n : n + k] == [(aged, "other", j) for j in range(k)]
+    pairs = [steps[j : j + 2] for j in range(n + k, len(steps), 2)]
+    assert len(pairs) == 3 * n
+    for index, (first, second) in enumerate(pairs):
+        assert first[1:] == second[1:] == ("probe", index % n)  # the same probe, one right after the other
+        assert {first[0], second[0]} == {aged, twin}
+    assert [p[0][0] for p in pairs[:3]] == [aged, twin, aged]  # which goes first alternates
+    assert [p[0][0] for p in pairs[n : n + 2]] == [twin, aged]  # and from one copy to the next
+    experiments = contamination.payloads(contamination.PROBES, contamination.OTHER_EXPERIMENTS, tmp_path)
+    assert len(experiments) == n + k and all(e["device"] == "cpu" for e in experiments)
+    assert all(e["timing"]["repeats_ms"] == contamination.PROBE_TIMING["repeats_ms"] for e in experiments[:n])
+    assert {(e["target"], e["phase"]) for e in experiments[:n]} == {
+        (t, p) for _, t, _ in contamination.PROBE_TARGETS for p in ("inference", "training")
+    }
+
+
+def _round(fresh: dict[str, Any], pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> contamination.Round:
+    return contamination.Round(
+        fresh=[fresh],
+        late=[[late for late, _ in pairs]],
+        twin=[[twin for _, twin in pairs]],
+        pids={1},
+        twin_pids={2},
+        before=[0, 1, 2],
+        cores={(0,)},
+    )
+
+
 @pytest.mark.parametrize(
     ("late", "verdict"),
     [
@@ -66,30 +82,62 @@ def test_contamination_verdict_needs_every_ratio_within_3_percent_and_the_same_c
     late: dict[str, Any], verdict: str
 ) -> None:
     probe = contamination.PROBES[0]
-    rounds = [
-        contamination.Round(
-            fresh=[_result(1.0, 0.5)], late=[late], after=[_result(1.0, 0.5)], pids={1}, before=[0, 1], after_pids={2}
-        )
-    ]
-    row = contamination.table([probe], rounds)[2]
+    row = contamination.table([probe], [_round(_result(1.0, 0.5), [(late, _result(1.0, 0.5))])])[2]
     assert verdict in row
     assert ("| NO |" in row) == (late["graph_count"] != 1)
 
 
-def test_contamination_compares_a_late_median_with_the_fresh_ones_around_it_at_its_time() -> None:
-    """The machine slows by 20% over the round, fresh workers and late alike: a late median halfway
-    through reads 10% slow against the fresh one before it, and exactly fresh at its own time."""
+def test_contamination_judges_late_against_its_twin_seconds_apart_not_against_fresh_minutes_before() -> None:
+    """The machine slowed by 20% between the fresh probe and the late ones, twin and aged worker alike:
+    late/twin reads 1.0, late/fresh 1.2 beside it. History that slows the eager side by 8% more
+    than the twin is OUT whatever the drift."""
     probe = contamination.PROBES[0]
-    before, late, after = _result(1.0, 0.5, at=0.0), _result(1.1, 0.55, at=50.0), _result(1.2, 0.6, at=100.0)
-    rounds = [contamination.Round(fresh=[before], late=[late], after=[after], pids={1}, before=[0, 1], after_pids={2})]
-    assert contamination.ratio_cell(rounds, 0, "eager")[1] == pytest.approx(1.0)
-    assert contamination.ratio_cell(rounds, 0, "eager", interpolated=False)[1] == pytest.approx(1.1)
+    drifted = [(_result(1.2, 0.6), _result(1.2, 0.6)), (_result(1.21, 0.6), _result(1.2, 0.6))]
+    row = contamination.table([probe], [_round(_result(1.0, 0.5), drifted), _round(_result(1.0, 0.5), drifted)])[2]
+    assert row.endswith("| ok |")
+    assert "| 1.200, 1.200 |" in row  # the aged worker's first late copy / its fresh one, per round
+    assert "| 2.00x | 1.004 [" in row  # the speedup fresh, and late/twin with its interval
+    slowed = [(_result(1.3, 0.6), _result(1.2, 0.6))] * 4
+    assert "OUT (±3%, same counts)" in contamination.table([probe], [_round(_result(1.0, 0.5), slowed)])[2]
+
+
+def test_contamination_tells_pairs_whose_interval_holds_no_difference_apart() -> None:
+    """Pairs scattered around 1.0 with a median 4% off: OUT of the 3% target, but the interval of the
+    median holds 1.0, so the pairs show no difference either way."""
+    probe = contamination.PROBES[0]
+    twin = _result(1.0, 0.5)
+    scattered = [(_result(e, 0.5 * e), twin) for e in (0.85, 1.04, 1.2, 0.95, 1.1, 1.04, 0.9)]
+    row = contamination.table([probe], [_round(twin, scattered)])[2]
+    assert "| 1.040 [" in row and row.endswith("| OUT of ±3%; 1.0 inside both intervals |")
+    steady = [(_result(1.04, 0.52), twin)] * 7
+    assert contamination.table([probe], [_round(twin, steady)])[2].endswith("| OUT (±3%, same counts) |")
+
+
+def test_contamination_resamples_rounds_not_only_pairs_and_shows_each_rounds_median() -> None:
+    """Each round's pairs agree among themselves but the rounds do not (two processes each, whose
+    placement in memory can set a probe's speed): the interval spans the rounds, not the pairs."""
+    probe = contamination.PROBES[0]
+    twin = _result(1.0, 0.5)
+    rounds = [_round(twin, [(_result(e, 0.5), twin)] * 3) for e in (1.3, 0.9, 1.0)]
     row = contamination.table([probe], rounds)[2]
-    assert row.endswith("| ok |") and "| 1.100 |" in row  # the before-only ratio, shown beside
-    assert "| 2.00x | 1.000 (1.000) |" in row  # the speedup, fresh and late/fresh: drift moves both sides
-    moved = _result(1.3, 0.5, at=50.0)  # history slowed the eager side by 18% beyond the drift
-    rounds[0].late = [moved]
-    assert "OUT" in contamination.table([probe], rounds)[2]
+    assert "| 1.000 [0.900, 1.300] (9; rounds 1.30, 0.90, 1.00) |" in row
+    low, high = contamination.round_interval([[1.3] * 3, [0.9] * 3, [1.0] * 3])
+    assert (low, high) == (0.9, 1.3)
+    data = {"rounds": [contamination.round_data(r) for r in rounds]}
+    assert contamination.rounds_of(json.loads(json.dumps(data))) == rounds  # --out, then --from
+
+
+def test_contamination_round_runs_on_two_real_workers_taking_turns_on_one_core(ray_cluster, tmp_path: Path) -> None:
+    probe = {"target": "seed.foo", "compile": {"backend": "eager"}, "timing": {"warmup_ms": 5, "repeats_ms": 20}}
+    other = {"target": "seed.outer", "compile": {"backend": "eager"}}
+    experiments = contamination.payloads([], [probe, other], tmp_path)
+    r = contamination.run_round(experiments, 1, 1, 0, tmp_path)
+    assert len(r.pids) == 1 and r.apart  # one aged process, the twin another
+    assert r.before == [0, 1, 2]  # fresh probe, the other, the late copy
+    assert len(r.cores) == 1 and len(next(iter(r.cores))) == 1  # one core, both workers
+    late, twin = r.pairs(0)[0]
+    assert late["status"] == twin["status"] == r.fresh[0]["status"] == "ok"
+    assert twin["worker"]["experiments_before"] == 0
 
 
 def test_overhead_workloads_are_valid_specs_and_the_peer_scripts_are_python(tmp_path: Path) -> None:
@@ -120,22 +168,6 @@ def test_fidelity_end_to_end_spec_loads_and_its_own_target_builds(tmp_path: Path
     assert work.fn(*work.inputs).shape == (8, 4)
 
 
-def test_contamination_tells_a_late_median_inside_the_fresh_processes_range_apart() -> None:
-    probe = contamination.PROBES[0]
-    fresh = [_result(1.0, 0.5), _result(1.4, 0.7), _result(0.8, 0.4)]  # three new processes: 1.75x apart
-
-    def rounds(late: dict[str, Any]) -> list[contamination.Round]:
-        return [
-            contamination.Round(fresh=[f], late=[late], after=[f], pids={1}, before=[0, 1], after_pids={2})
-            for f in fresh
-        ]
-
-    row = contamination.table([probe], rounds(_result(1.2, 0.6)))[2]
-    assert "| 1.75x |" in row and "late within the fresh processes' range" in row
-    outside = rounds(_result(2.0, 1.0))
-    assert "OUT (±3%, same counts)" in contamination.table([probe], outside)[2]
-
-
 def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
     """Each run's median is paired with the reference taken right after it: the machine drifts
     between runs, so the median of compilebench's runs over the median of the reference's runs
@@ -146,6 +178,17 @@ def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
     assert "| 1.053 | 0.900, 1.091, 1.053 | OUT (±5%) |" in eager
     assert compiled.endswith("| 1.000 | 1.000, 0.980, 1.020 | ok |")
     assert fidelity.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"
+
+
+def test_fidelity_drift_pairs_neighbouring_windows_of_two_identical_processes() -> None:
+    """A's windows are 10% slower than B's in every other pair and equal in the rest: the single pairs
+    range 1.0-1.1, half within 3%, and each process's own movement is shown apart."""
+    a = [{"eager": 1.1 if k % 2 else 1.0, "compiled": 0.5} for k in range(6)]
+    b = [{"eager": 1.0, "compiled": 0.5 * (1 + k / 10)} for k in range(6)]
+    eager, compiled = fidelity.drift_rows("w", {"a": a, "b": b})
+    assert eager.startswith("| w | eager | 1.050 [") and eager.endswith("| 1.000-1.100 | 3/6 | 3/6 | 1.10x | 1.00x |")
+    assert compiled.endswith("| 0.667-1.000 | 1/6 | 1/6 | 1.00x | 1.50x |")
+    assert len(fidelity.drift_header()[0].split("|")) == len(eager.split("|"))
 
 
 def test_contamination_positions_put_the_same_probes_at_experiments_0_12_24_and_36(tmp_path: Path) -> None:

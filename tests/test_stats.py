@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tasks import stats
-from tasks.stats import bootstrap_medians, describe, geomean, geomean_ci, speedup_ci
+from tasks.stats import bootstrap_medians, describe, geomean, geomean_ci, median_ci, speedup_ci
 
 
 def test_describe_derives_everything_from_the_samples():
@@ -87,3 +87,10 @@ def test_beyond_the_cap_medians_come_from_their_exact_distribution(monkeypatch, 
     for q in (2.5, 50, 97.5):
         assert np.percentile(drawn, q) == pytest.approx(np.percentile(exact, q), rel=0.01)
     assert drawn.std() == pytest.approx(exact.std(), rel=0.1)
+
+
+def test_median_ci_brackets_the_median_and_narrows_with_agreeing_values() -> None:
+    assert median_ci([1.04] * 9) == (1.04, 1.04)
+    low, high = median_ci([0.85, 1.04, 1.2, 0.95, 1.1, 1.04, 0.9])
+    assert low <= 1.04 <= high and low < 1.0 < high
+    assert median_ci([0.85, 1.04, 1.2, 0.95, 1.1, 1.04, 0.9]) == (low, high)  # seeded: the same every time

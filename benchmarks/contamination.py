@@ -209,7 +209,9 @@ def start_worker(state: Path) -> Any:
     """A long-lived worker of one core: ``orchestrator.pool.WorkerActor`` over ``tasks.worker.Worker``,
     the procedure and reset every run uses. Its core locks and compile caches are its own
     (``COMPILEBENCH_STATE_DIR``), so that both workers of a round claim the same core, the lowest,
-    and take turns on it: the pairs compare histories, not cores."""
+    and take turns on it: the pairs compare histories, not cores. Each result says
+    ``exclusive_cores: true``, each lock being held in its own directory; the two never run at once,
+    since the benchmark sends one experiment at a time and waits for it."""
     from orchestrator.pool import WorkerActor
 
     env = {"COMPILEBENCH_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}

@@ -17,12 +17,13 @@ them experiments one at a time:
 3. ``--pairs`` times each probe on the aged worker and, right before or after it (alternating),
    on the *twin*, a worker that runs only the probes.
 
-This machine's speed moves by 10-30% from one second to the next (``fidelity.py drift``), so a
-late median compared with a fresh one minutes earlier says more about the machine than about
-the worker. A pair is the same experiment on the two histories, seconds apart, on the same core
-(each worker has core locks of its own, so both claim the lowest core and take turns on it);
-the median over the pairs of late / twin, with a 95% bootstrap interval, is the figure, and
-late / fresh minutes apart (the aged worker's first late copy over its fresh one) is shown beside.
+Two identical processes on this machine, timing one call seconds apart, differ by up to 15-25%
+(``fidelity.py drift``), so a late median compared with a fresh one minutes earlier says more
+about the machine than about the worker. A pair is the same experiment on the two histories,
+seconds apart, on the same core (each worker has core locks of its own, so both claim the lowest
+core and take turns on it); the median over the pairs of late / twin, with a 95% bootstrap
+interval that resamples rounds, then pairs, is the figure, and late / fresh minutes apart (the
+aged worker's first late copy over its fresh one) is shown beside.
 The twin's history is the probes themselves, so what the pairs measure is what the others leave
 behind. The graph counts (graphs traced, graph breaks, graphs compiled, recompiles, correctness)
 must be identical in every copy. Target: every late/twin median within 3%.

@@ -3,7 +3,7 @@ against itself, compilebench's timers against independent ones, run-to-run stabi
 real CLI, and an experiment timed alone vs beside a compiling neighbour.
 
     python benchmarks/fidelity.py                    # every section (about 25 minutes on 2 cores)
-    python benchmarks/fidelity.py e2e drift          # some: e2e drift timers interleaving stability neighbours
+    python benchmarks/fidelity.py e2e drift          # some: e2e drift heap timers interleaving stability neighbours
     python benchmarks/fidelity.py e2e --quick        # two workloads, one run each
 
 **End to end** (``e2e``): each workload runs as an experiment through ``orchestrator.api.run``
@@ -21,7 +21,9 @@ is what a user sees who times the callable on its own, against what compilebench
 **Drift** (``drift``): the reference against itself. Two identical reference processes, pinned to
 one core, take turns timing the same workload, window after window; the ratios of neighbouring
 windows are what this machine does to two measurements of one thing seconds apart, the floor
-under every comparison the other sections make.
+under every comparison the other sections make. **Heap** (``heap``): the same for ``seed.foo3``
+1024x1024, before and after one of the two processes fragments its heap (``fragment_heap``), as
+varied experiments leave a long-lived worker's.
 
 **Interleaving** (``interleaving``): in this process, the same eager and compiled callables timed
 by ``blocked_autorange`` (a loop of one side), by compilebench's CPU timer alone, interleaved as
@@ -44,6 +46,7 @@ import argparse
 import functools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -270,8 +273,12 @@ class Reference:
 
     def time(self, rounds: int, window_s: float) -> dict[str, float]:
         """Each side's median (ms) over ``rounds`` rounds of eager then compiled, ``window_s`` each."""
+        return self.ask({"rounds": rounds, "window_s": window_s})
+
+    def ask(self, request: dict[str, Any]) -> dict[str, float]:
+        """Send one request (``reference_child``'s); its answer."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps({"rounds": rounds, "window_s": window_s}) + "\n")
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:
@@ -293,7 +300,8 @@ class Reference:
 
 def reference_child(request: dict[str, Any]) -> None:
     """In a fresh process: prepare the workload as ``Reference`` says, then answer each request on
-    stdin (``{"rounds": n, "window_s": s}``) with both sides' medians (ms) as one JSON line."""
+    stdin (``{"rounds": n, "window_s": s}``) with both sides' medians (ms) as one JSON line, and
+    ``{"fragment": true}`` by ``fragment_heap`` (its tensors kept for the process's life) and ``{}``."""
     from tasks.isolation import pin, set_allocator
 
     if request.get("cores"):
@@ -308,8 +316,13 @@ def reference_child(request: dict[str, Any]) -> None:
     with torch.no_grad():
         compiled = torch.compile(fn)
         compiled(*inputs)  # compiles
+        kept: list[torch.Tensor] = []  # what fragment_heap leaves alive, for the process's life
         for line in sys.stdin:
             ask = json.loads(line)
+            if ask.get("fragment"):
+                kept += fragment_heap()
+                print(json.dumps({}), flush=True)
+                continue
             rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
             for _ in range(ask["rounds"]):
                 for side, call in (("eager", fn), ("compiled", compiled)):
@@ -424,6 +437,50 @@ def section_drift(pairs: int = DRIFT_PAIRS) -> None:
         "which goes first alternating. A/B: each pair of neighbouring windows' ratio, their median [95% "
         "bootstrap interval], the range of single pairs and how many lie within 3% and 5%; over the run: how "
         "far one process's own windows move (max / min).\n"
+    )
+    print("\n".join(rows))
+
+
+HEAP_SIZES = (256, 4096, 65536, 300_000, 1_000_000, 2_100_000)  # bytes: the sizes fragment_heap mixes
+HEAP_PAIRS = 12  # pairs before and after the fragmenting
+
+
+def fragment_heap(count: int = 3000, passing: int = 500, seed: int = 0) -> list[torch.Tensor]:
+    """Leave this process's heap as varied experiments leave a long-lived worker's: ``count`` tensors
+    of mixed sizes (``HEAP_SIZES``) written once, every other one freed, then ``passing`` more of
+    random sizes made and freed. Returns the half that stays alive (the caller keeps it, as a worker
+    keeps modules and caches)."""
+    rng = random.Random(seed)
+    tensors = [torch.ones(rng.choice(HEAP_SIZES) // 4) for _ in range(count)]
+    del tensors[::2]
+    through = [torch.ones(rng.randint(1000, 3_000_000) // 4) for _ in range(passing)]
+    del through
+    return tensors
+
+
+def section_heap(pairs: int = HEAP_PAIRS) -> None:
+    """A memory-bound call in two identical processes taking turns on one core, before and after one
+    of them fragments its heap (``fragment_heap``): what a long-lived worker's heap does to it."""
+    label, target, params = E2E_WORKLOADS[2]  # seed.foo3 1024x1024: four 4 MB buffers a call
+    core = min(os.sched_getaffinity(0))
+    rows = drift_header()
+    print(f"heap: {label}, {pairs} pairs, A fragments its heap, {pairs} pairs...", file=sys.stderr, flush=True)
+    with Reference(target, params, 1, 0, [core]) as a, Reference(target, params, 1, 0, [core]) as b:
+        a.time(1, 0.05), b.time(1, 0.05)  # both built and compiled before the first pair
+        for when in ("both fresh", "A's heap fragmented"):
+            if when != "both fresh":
+                a.ask({"fragment": True})
+            series: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+            for k in range(pairs):
+                for who, ref in (("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a)):
+                    series[who].append(ref.time(1, DRIFT_WINDOW_S))
+            rows += drift_rows(f"{label}, {when}", series)
+    print(f"\n## A fragmented heap: {label} in two identical processes on core {core}\n")
+    print(
+        f"Two reference processes as in the drift section ({DRIFT_WINDOW_S} s per side a window), {pairs} pairs; "
+        f"then A makes 3000 tensors of mixed sizes ({', '.join(str(b) for b in HEAP_SIZES)} bytes) and frees "
+        f"every other one, and makes and frees 500 more, as varied experiments leave a worker's heap; "
+        f"{pairs} pairs again.\n"
     )
     print("\n".join(rows))
 
@@ -659,7 +716,7 @@ def _fmt(ms: float) -> str:
     return f"{ms * 1e3:.2f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
-SECTIONS = ("e2e", "drift", "timers", "interleaving", "stability", "neighbours")
+SECTIONS = ("e2e", "drift", "heap", "timers", "interleaving", "stability", "neighbours")
 
 
 def main() -> None:
@@ -684,6 +741,8 @@ def main() -> None:
             section_e2e(args.runs, args.quick)
         elif name == "drift":
             section_drift()
+        elif name == "heap":
+            section_heap()
         elif name == "timers":
             section_timers()
         elif name == "interleaving":

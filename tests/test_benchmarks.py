@@ -191,6 +191,13 @@ def test_fidelity_drift_pairs_neighbouring_windows_of_two_identical_processes() 
     assert len(fidelity.drift_header()[0].split("|")) == len(eager.split("|"))
 
 
+def test_fidelity_fragment_heap_keeps_every_other_tensor_of_its_mixed_sizes_alive() -> None:
+    kept = fidelity.fragment_heap(count=20, passing=3)
+    assert len(kept) == 10
+    assert {t.numel() * 4 for t in kept} <= set(fidelity.HEAP_SIZES)
+    assert all(bool((t == 1).all()) for t in kept)  # written, so that their pages were touched
+
+
 def test_contamination_positions_put_the_same_probes_at_experiments_0_12_24_and_36(tmp_path: Path) -> None:
     loaded = _load(tmp_path, contamination.positions_spec(0))
     at = [i for i, e in enumerate(loaded.experiments) if e.target != "seed.foo"]

@@ -415,6 +415,15 @@ DRIFT_PAIRS = 25  # windows of each process, alternating
 DRIFT_WINDOW_S = 0.5  # blocked_autorange's measuring time per side and window
 
 
+def take_turns(a: Reference, b: Reference, pairs: int) -> dict[str, list[dict[str, float]]]:
+    """``pairs`` windows of each reference, one after the other, which goes first alternating."""
+    series: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
+    for k in range(pairs):
+        for who, ref in (("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a)):
+            series[who].append(ref.time(1, DRIFT_WINDOW_S))
+    return series
+
+
 def section_drift(pairs: int = DRIFT_PAIRS) -> None:
     """The reference against itself: two identical reference processes of a workload, pinned to the
     same core, take turns timing it, window after window; the ratio of each pair of neighbouring
@@ -425,10 +434,7 @@ def section_drift(pairs: int = DRIFT_PAIRS) -> None:
         print(f"drift: {label}, {pairs} pairs...", file=sys.stderr, flush=True)
         with Reference(target, params, 1, 0, [core]) as a, Reference(target, params, 1, 0, [core]) as b:
             a.time(1, 0.05), b.time(1, 0.05)  # both built and compiled before the first pair
-            series: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
-            for k in range(pairs):
-                for who, ref in (("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a)):
-                    series[who].append(ref.time(1, DRIFT_WINDOW_S))
+            series = take_turns(a, b, pairs)
         rows += drift_rows(label, series)
     print(f"\n## The reference against itself: two identical processes taking turns on core {core}\n")
     print(
@@ -470,11 +476,7 @@ def section_heap(pairs: int = HEAP_PAIRS) -> None:
         for when in ("both fresh", "A's heap fragmented"):
             if when != "both fresh":
                 a.ask({"fragment": True})
-            series: dict[str, list[dict[str, float]]] = {"a": [], "b": []}
-            for k in range(pairs):
-                for who, ref in (("a", a), ("b", b)) if k % 2 == 0 else (("b", b), ("a", a)):
-                    series[who].append(ref.time(1, DRIFT_WINDOW_S))
-            rows += drift_rows(f"{label}, {when}", series)
+            rows += drift_rows(f"{label}, {when}", take_turns(a, b, pairs))
     print(f"\n## A fragmented heap: {label} in two identical processes on core {core}\n")
     print(
         f"Two reference processes as in the drift section ({DRIFT_WINDOW_S} s per side a window), {pairs} pairs; "

@@ -1,12 +1,13 @@
 """Does a long-lived worker's history move its numbers? A fixed probe mix timed on a fresh worker,
-then again on the same worker after other experiments, each time beside a twin that ran none.
+then again on the same worker after other experiments, each time beside a twin that ran none, and
+beside a control that differs from the twin in nothing.
 
-    python benchmarks/contamination.py            # 3 rounds, 20 other experiments, 3 pairs (~25 min on 2 cores)
-    python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others, 2 pairs
+    python benchmarks/contamination.py            # 3 rounds, 20 other experiments, 3 triples (~30 min on 2 cores)
+    python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others, 2 triples
     python benchmarks/contamination.py --positions  # the yardstick: one probe again and again in one worker
     python benchmarks/contamination.py --out run.json   # keep every result; --from run.json prints its tables again
 
-Each round starts two long-lived workers of one CPU (``orchestrator.pool.WorkerActor`` over
+Each round starts three long-lived workers of one CPU (``orchestrator.pool.WorkerActor`` over
 ``tasks.worker.Worker``: the procedure, the reset and the core claim every run uses) and sends
 them experiments one at a time:
 
@@ -14,23 +15,26 @@ them experiments one at a time:
    inference and in training) on the *aged* worker, fresh;
 2. ``--others`` other experiments on it (other targets, modes, backends, precisions, dynamic
    shapes, graph breaks, optimizers: what a sweep leaves in a process);
-3. ``--pairs`` times each probe on the aged worker and, right before or after it (alternating),
-   on the *twin*, a worker that runs only the probes.
+3. ``--pairs`` times each probe on three workers, one right after the other: the *twin*, a worker
+   that runs only the probes, in the middle, with the aged worker on one side of it and the
+   *control*, which also runs only the probes, on the other (which side alternating).
 
 Two identical processes on this machine, timing one call seconds apart, differ by up to 15-25%
 (``fidelity.py drift``), so a late median compared with a fresh one minutes earlier says more
-about the machine than about the worker. A pair is the same experiment on the two histories,
-seconds apart, on the same core (each worker has core locks of its own, so both claim the lowest
-core and take turns on it); the median over the pairs of late / twin, with a 95% bootstrap
-interval that resamples rounds, then pairs, is the figure, and late / fresh minutes apart (the
-aged worker's first late copy over its fresh one) is shown beside.
-The twin's history is the probes themselves, so what the pairs measure is what the others leave
-behind. The graph counts (graphs traced, graph breaks, graphs compiled, recompiles, correctness)
-must be identical in every copy. Target: every late/twin median within 3%.
+about the machine than about the worker. A pair is the same experiment on two histories, seconds
+apart, on the same core (each worker has core locks of its own, so all claim the lowest core and
+take turns on it); the median over the pairs of late / twin, with a 95% bootstrap interval that
+resamples rounds, then pairs, is the figure. The twin's history is the probes themselves, so what
+late / twin measures is what the others leave behind. Control / twin is the same figure for two
+processes whose histories are the same: what a new process alone moves, measured in the same run,
+beside the figure it judges. Late / fresh minutes apart (the aged worker's first late copy over its
+fresh one) is shown in a table of its own. The graph counts (graphs traced, graph breaks, graphs
+compiled, recompiles, correctness) must be identical in every copy. Target: every late/twin median
+within 3%; out of it, the table says whether the control was out as far.
 
 The results' ``worker.pid``, ``worker.experiments_before`` and ``measurement.cores`` show that a
-round's aged worker was one process, in which position each probe ran, and that both workers
-used the same core; a round where they do not is reported as such.
+round's aged worker was one process, in which position each probe ran, and that all workers used
+the same core; a round where they do not is reported as such.
 
 ``--positions`` measures how far one worker's numbers move with no history to speak of: in one
 worker, the same probes again and again (``models.gpt`` training, ``blocks.mlp`` inference) at
@@ -48,7 +52,7 @@ import shlex
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +156,7 @@ def run_positions(tmp: Path) -> list[list[dict[str, Any]]]:
     return rounds
 
 
-AGED, TWIN = "aged", "twin"  # the round's worker that runs the others; the one that runs only the probes
+AGED, TWIN, CONTROL = "aged", "twin", "control"  # runs the others; runs only the probes; so does the control
 
 
 @dataclass
@@ -166,28 +170,35 @@ class Round:
     pids: set[int]  # the aged worker's process(es)
     twin_pids: set[int]
     before: list[int | None]  # the aged worker's worker.experiments_before, in the order it ran them
-    cores: set[tuple[int, ...]]  # the cores the round's experiments ran on, both workers
+    cores: set[tuple[int, ...]]  # the cores the round's experiments ran on, all workers
+    control: list[list[dict[str, Any]]] = field(default_factory=list)  # probe i's copies on the control
+    control_pids: set[int] = field(default_factory=set)
 
     @property
     def apart(self) -> bool:
-        """Whether the twin is a process of its own, not the aged worker."""
-        return bool(self.twin_pids) and not self.twin_pids & self.pids
+        """Whether the twin (and the control, where there is one) is a process of its own."""
+        if not self.twin_pids or self.twin_pids & self.pids:
+            return False
+        return not self.control or (bool(self.control_pids) and not self.control_pids & (self.pids | self.twin_pids))
 
-    def pairs(self, i: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-        """Probe ``i``'s (late, twin) pairs: two results of the same experiment seconds apart."""
-        return list(zip(self.late[i], self.twin[i], strict=True))
+    def pairs(self, i: int, who: str = AGED) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Probe ``i``'s (late, twin) pairs, or with ``who=CONTROL`` its (control, twin) pairs: two
+        results of the same experiment seconds apart."""
+        mine = self.late[i] if who == AGED else self.control[i] if self.control else []
+        return list(zip(mine, self.twin[i][: len(mine)], strict=True))
 
 
 def schedule(probes: int, others: int, pairs: int) -> list[tuple[str, str, int]]:
     """A round's experiments in order, as (worker, ``probe`` or ``other``, index): the probes on the
-    aged worker (fresh), the others on it, then ``pairs`` times each probe on both workers, one
-    right after the other, which of them goes first alternating, so that a machine that drifts
-    within a pair does not favour one side."""
+    aged worker (fresh), the others on it, then ``pairs`` times each probe on the three workers,
+    one right after the other, the twin in the middle and the aged worker and the control on
+    either side of it, which side alternating, so that a machine that drifts within a triple
+    favours neither the aged worker nor the control."""
     steps = [(AGED, "probe", i) for i in range(probes)] + [(AGED, "other", j) for j in range(others)]
     for k in range(pairs):
         for i in range(probes):
-            first, second = (AGED, TWIN) if (k + i) % 2 == 0 else (TWIN, AGED)
-            steps += [(first, "probe", i), (second, "probe", i)]
+            order = (AGED, TWIN, CONTROL) if (k + i) % 2 == 0 else (CONTROL, TWIN, AGED)
+            steps += [(who, "probe", i) for who in order]
     return steps
 
 
@@ -209,9 +220,9 @@ def payloads(probes: list[dict[str, Any]], others: list[dict[str, Any]], tmp: Pa
 def start_worker(state: Path) -> Any:
     """A long-lived worker of one core: ``orchestrator.pool.WorkerActor`` over ``tasks.worker.Worker``,
     the procedure and reset every run uses. Its core locks and compile caches are its own
-    (``COMPILEBENCH_STATE_DIR``), so that both workers of a round claim the same core, the lowest,
+    (``COMPILEBENCH_STATE_DIR``), so that all workers of a round claim the same core, the lowest,
     and take turns on it: the pairs compare histories, not cores. Each result says
-    ``exclusive_cores: true``, each lock being held in its own directory; the two never run at once,
+    ``exclusive_cores: true``, each lock being held in its own directory; they never run at once,
     since the benchmark sends one experiment at a time and waits for it."""
     from orchestrator.pool import WorkerActor
 
@@ -220,32 +231,33 @@ def start_worker(state: Path) -> Any:
 
 
 def run_round(experiments: list[dict[str, Any]], probes: int, pairs: int, index: int, tmp: Path) -> Round:
-    """One round on two new workers, driven one experiment at a time in ``schedule``'s order; both
-    have started before the first experiment, and both are killed after the last."""
+    """One round on three new workers (aged, twin, control), driven one experiment at a time in
+    ``schedule``'s order; all have started before the first experiment, and all are killed after
+    the last."""
     import ray
 
-    workers = {who: start_worker(tmp / f"{who}-{index}") for who in (AGED, TWIN)}
+    workers = {who: start_worker(tmp / f"{who}-{index}") for who in (AGED, TWIN, CONTROL)}
     ray.get([w.ready.remote() for w in workers.values()])
     fresh: list[dict[str, Any]] = []
-    late: list[list[dict[str, Any]]] = [[] for _ in range(probes)]
-    twin: list[list[dict[str, Any]]] = [[] for _ in range(probes)]
-    ran: dict[str, list[dict[str, Any]]] = {AGED: [], TWIN: []}
+    copies: dict[str, list[list[dict[str, Any]]]] = {who: [[] for _ in range(probes)] for who in workers}
+    ran: dict[str, list[dict[str, Any]]] = {who: [] for who in workers}
     for step, (who, what, i) in enumerate(schedule(probes, len(experiments) - probes, pairs)):
         result = ray.get(workers[who].run.remote(experiments[i if what == "probe" else probes + i]))
         ran[who].append(result)
         if what == "probe":
-            (fresh if step < probes else late[i] if who == AGED else twin[i]).append(result)
+            (fresh if step < probes else copies[who][i]).append(result)
     for w in workers.values():
         ray.kill(w)
-    everything = ran[AGED] + ran[TWIN]
     return Round(
         fresh=fresh,
-        late=late,
-        twin=twin,
+        late=copies[AGED],
+        twin=copies[TWIN],
         pids=_pids(ran[AGED]),
         twin_pids=_pids(ran[TWIN]),
         before=[(r.get("worker") or {}).get("experiments_before") for r in ran[AGED]],
-        cores={tuple((r.get("measurement") or {}).get("cores") or ()) for r in everything},
+        cores={tuple((r.get("measurement") or {}).get("cores") or ()) for x in ran.values() for r in x},
+        control=copies[CONTROL],
+        control_pids=_pids(ran[CONTROL]),
     )
 
 
@@ -283,13 +295,12 @@ def positions_main() -> None:
     print("\n".join(positions_rows(rounds)))
 
 
-def pair_ratios(rounds: list[Round], i: int, side: str) -> list[list[float]]:
-    """Late / twin of each pair of probe ``i``, a list per round."""
+def pair_ratios(rounds: list[Round], i: int, side: str, who: str = AGED) -> list[list[float]]:
+    """Late / twin of each pair of probe ``i`` (or control / twin, ``who=CONTROL``), a list per round."""
     groups = []
     for r in rounds:
-        groups.append(
-            [a / b for late, twin in r.pairs(i) if (a := side_median(late, side)) and (b := side_median(twin, side))]
-        )
+        pairs = [(side_median(mine, side), side_median(twin, side)) for mine, twin in r.pairs(i, who)]
+        groups.append([a / b for a, b in pairs if a and b])
     return groups
 
 
@@ -343,23 +354,31 @@ def counts(result: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
+    """Per probe: each side's fresh median, late/twin and control/twin; the counts; the verdict.
+
+    ``ok``: late/twin within ``WITHIN`` on every side, identical counts, every status ``ok``. Out
+    of it, with counts and statuses as they should be: ``as the control`` where on every side out
+    of ``WITHIN`` the control, which differs from the twin in nothing, lies at least as far from
+    1.0 (the history moved the numbers no more than a second new process does); ``1.0 inside both
+    intervals`` where the pairs show no difference either way; else ``OUT``."""
     rows = [
-        "| probe | eager: fresh | late/twin | late/fresh, minutes apart | compiled: fresh | late/twin | "
-        "late/fresh, minutes apart | speedup: fresh | late/twin | graphs, breaks, compiled, recompiled, correct | "
-        "same counts | target |",
+        "| probe | eager: fresh | late/twin | control/twin | compiled: fresh | late/twin | control/twin | "
+        "speedup: fresh | late/twin | graphs, breaks, compiled, recompiled, correct | same counts | target |",
         "| --- | ---: | --- | --- | ---: | --- | --- | ---: | --- | --- | --- | --- |",
     ]
     for i, probe in enumerate(probes):
         cells: list[str] = []
-        worst, noise = 0.0, True
-        every = [x for r in rounds for x in (r.fresh[i], *r.late[i], *r.twin[i])]
+        worst, noise, as_control = 0.0, True, True
+        every = [x for r in rounds for x in (r.fresh[i], *r.late[i], *r.twin[i], *(r.control[i] if r.control else ()))]
         for side in ("eager", "compiled"):
             fresh = [m for r in rounds if (m := side_median(r.fresh[i], side))]
             shown, ratio, ci = ratio_cell(pair_ratios(rounds, i, side))
-            apart = apart_ratios(rounds, i, side)
-            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", shown, _list(apart)]
-            worst = max(worst, abs(ratio - 1) if ratio is not None else float("inf"))
+            control_shown, control, _ = ratio_cell(pair_ratios(rounds, i, side, CONTROL))
+            cells += [f"{statistics.median(fresh):.3f} ms" if fresh else "-", shown, control_shown]
+            off = abs(ratio - 1) if ratio is not None else float("inf")
+            worst = max(worst, off)
             noise &= ci is not None and ci[0] <= 1.0 <= ci[1]
+            as_control &= off <= WITHIN or (control is not None and abs(control - 1) >= off)
         speedups = [m for r in rounds if (m := side_median(r.fresh[i], "speedup"))]
         cells += [
             f"{statistics.median(speedups):.2f}x" if speedups else "-",
@@ -371,6 +390,8 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
         statuses = {x["status"] for x in every}
         if worst <= WITHIN and same and statuses == {"ok"}:
             verdict = "ok"
+        elif as_control and same and statuses == {"ok"}:
+            verdict = f"OUT of ±{WITHIN:.0%}, as the control"
         elif noise and same and statuses == {"ok"}:
             verdict = f"OUT of ±{WITHIN:.0%}; 1.0 inside both intervals"
         else:
@@ -380,6 +401,28 @@ def table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
         same_cell = "yes" if same else "NO"
         rows.append(f"| {label(probe)} | {' | '.join(cells)} | {shown_counts} | {same_cell} | {verdict} |")
     return rows
+
+
+def apart_table(probes: list[dict[str, Any]], rounds: list[Round]) -> list[str]:
+    """Late / fresh minutes apart, per probe, side and round: what the pairs take the machine out of."""
+    rows = ["| probe | eager: late/fresh | compiled: late/fresh |", "| --- | --- | --- |"]
+    for i, probe in enumerate(probes):
+        rows.append(
+            f"| {label(probe)} | {_list(apart_ratios(rounds, i, 'eager'))} | "
+            f"{_list(apart_ratios(rounds, i, 'compiled'))} |"
+        )
+    return rows
+
+
+def control_within(probes: list[dict[str, Any]], rounds: list[Round]) -> tuple[int, int]:
+    """How many probe sides (eager, compiled) of the control lie within ``WITHIN`` of the twin, of how many."""
+    medians = [
+        statistics.median(ratios)
+        for i in range(len(probes))
+        for side in ("eager", "compiled")
+        if (ratios := [x for g in pair_ratios(rounds, i, side, CONTROL) for x in g])
+    ]
+    return sum(abs(m - 1) <= WITHIN for m in medians), len(medians)
 
 
 def _list(ratios: list[float]) -> str:
@@ -433,7 +476,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
 
     rounds: list[Round] = []
     with tempfile.TemporaryDirectory() as tmp:
-        connect(num_cpus=2)  # two workers of one CPU each; they take turns on one core
+        connect(num_cpus=3)  # three workers of one CPU each; they take turns on one core
         experiments = payloads(probes, others, Path(tmp))
         for index in range(rounds_n):
             print(
@@ -458,9 +501,10 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
 def round_data(r: Round) -> dict[str, Any]:
     """A round as JSON data (``rounds_of`` reads it back)."""
     return {
-        **{name: getattr(r, name) for name in ("fresh", "late", "twin", "before")},
+        **{name: getattr(r, name) for name in ("fresh", "late", "twin", "control", "before")},
         "pids": sorted(r.pids),
         "twin_pids": sorted(r.twin_pids),
+        "control_pids": sorted(r.control_pids),
         "cores": [list(c) for c in sorted(r.cores)],
     }
 
@@ -475,6 +519,8 @@ def rounds_of(data: dict[str, Any]) -> list[Round]:
             twin_pids=set(r["twin_pids"]),
             before=r["before"],
             cores={tuple(c) for c in r["cores"]},
+            control=r.get("control") or [],  # runs written before the control had none
+            control_pids=set(r.get("control_pids") or ()),
         )
         for r in data["rounds"]
     ]
@@ -486,30 +532,34 @@ def render(data: dict[str, Any]) -> None:
     print(f"\n`{data['command']}`")
     print(
         f"\n{n} probes on a fresh worker (the aged one), then {k} other experiments on it, then {pairs} time(s) "
-        "each probe on it and, right beside, on a twin worker that runs only the probes, which of the two first "
-        "alternating. late/twin: the median over the pairs of the aged worker's median / the twin's [95% bootstrap "
-        "interval, rounds resampled, then pairs] (pairs; each round's median); late/fresh, minutes apart: the aged "
-        f"worker's first late median / its fresh one, per round. {len(rounds)} round(s), each with two new workers "
-        f"of one CPU and one thread, taking turns on one core. Probe timing {PROBE_TIMING} per side. "
-        f"{data['machine']}\n"
+        "each probe on three workers one right after the other: the aged one, a twin that runs only the probes, "
+        "and a control that runs only the probes too, the twin in the middle. late/twin: the median over the pairs "
+        "of the aged worker's median / the twin's [95% bootstrap interval, rounds resampled, then pairs] (pairs; "
+        "each round's median); control/twin: the same for two workers that differ in nothing, what a new process "
+        f"alone moves. {len(rounds)} round(s), each with three new workers of one CPU and one thread, taking turns "
+        f"on one core. Probe timing {PROBE_TIMING} per side. {data['machine']}\n"
     )
     for i, r in enumerate(rounds):
         one = "one process" if len(r.pids) == 1 else f"NOT one process: pids {sorted(r.pids)}"
-        apart = "a process of its own" if r.apart else "NOT a process of its own"
+        apart = "processes of their own" if r.apart else "NOT processes of their own"
         cores = ", ".join(str(list(c)) for c in sorted(r.cores))
         print(
             f"round {i + 1}: aged worker {one}; experiments before each probe: fresh {r.before[:n]}, "
-            f"late {r.before[n + k]} to {r.before[-1]}; twin: {apart}; cores {cores}"
+            f"late {r.before[n + k]} to {r.before[-1]}; twin and control: {apart}; cores {cores}"
         )
     rows = table(probes, rounds)
     print()
     print("\n".join(rows))
+    print("\nlate/fresh, minutes apart (the aged worker's first late median / its fresh one, per round):\n")
+    print("\n".join(apart_table(probes, rounds)))
     same_process = all(len(r.pids) == 1 and r.apart and len(r.cores) == 1 for r in rounds)
     within = all(row.endswith("| ok |") for row in rows[2:])
     verdict = "met" if same_process and within else "NOT met"
+    held, sides = control_within(probes, rounds)
     print(
         f"\ntarget (every late/twin median within {WITHIN:.0%}, identical counts, one aged worker a round, "
-        f"both workers on one core): {verdict}"
+        f"all workers on one core): {verdict}. The control, no history apart, was within {WITHIN:.0%} of the "
+        f"twin on {held} of {sides} sides."
     )
 
 

@@ -35,20 +35,22 @@ def _result(eager: float, compiled: float, graphs: int = 1, status: str = "ok", 
     }
 
 
-def test_contamination_round_is_probes_fresh_others_then_pairs_on_the_aged_worker_and_its_twin(tmp_path: Path) -> None:
+def test_contamination_round_is_probes_fresh_others_then_triples_with_the_twin_between_aged_and_control(
+    tmp_path: Path,
+) -> None:
     n, k = len(contamination.PROBES), len(contamination.OTHER_EXPERIMENTS)
     assert (n, k) == (8, 20)
     steps = contamination.schedule(n, k, 3)
-    aged, twin = contamination.AGED, contamination.TWIN
+    aged, twin, control = contamination.AGED, contamination.TWIN, contamination.CONTROL
     assert steps[:n] == [(aged, "probe", i) for i in range(n)]
     assert steps[n : n + k] == [(aged, "other", j) for j in range(k)]
-    pairs = [steps[j : j + 2] for j in range(n + k, len(steps), 2)]
-    assert len(pairs) == 3 * n
-    for index, (first, second) in enumerate(pairs):
-        assert first[1:] == second[1:] == ("probe", index % n)  # the same probe, one right after the other
-        assert {first[0], second[0]} == {aged, twin}
-    assert [p[0][0] for p in pairs[:3]] == [aged, twin, aged]  # which goes first alternates
-    assert [p[0][0] for p in pairs[n : n + 2]] == [twin, aged]  # and from one copy to the next
+    triples = [steps[j : j + 3] for j in range(n + k, len(steps), 3)]
+    assert len(triples) == 3 * n and len(steps) == n + k + 9 * n
+    for index, triple in enumerate(triples):
+        assert {s[1:] for s in triple} == {("probe", index % n)}  # the same probe, one right after the other
+        assert triple[1][0] == twin and {triple[0][0], triple[2][0]} == {aged, control}
+    assert [t[0][0] for t in triples[:3]] == [aged, control, aged]  # which side the aged worker takes alternates
+    assert [t[0][0] for t in triples[n : n + 2]] == [control, aged]  # and from one copy to the next
     experiments = contamination.payloads(contamination.PROBES, contamination.OTHER_EXPERIMENTS, tmp_path)
     assert len(experiments) == n + k and all(e["device"] == "cpu" for e in experiments)
     assert all(e["timing"]["repeats_ms"] == contamination.PROBE_TIMING["repeats_ms"] for e in experiments[:n])
@@ -57,7 +59,12 @@ def test_contamination_round_is_probes_fresh_others_then_pairs_on_the_aged_worke
     }
 
 
-def _round(fresh: dict[str, Any], pairs: list[tuple[dict[str, Any], dict[str, Any]]]) -> contamination.Round:
+def _round(
+    fresh: dict[str, Any],
+    pairs: list[tuple[dict[str, Any], dict[str, Any]]],
+    control: list[dict[str, Any]] | None = None,
+) -> contamination.Round:
+    """A round of one probe; the control reads as the twin unless given."""
     return contamination.Round(
         fresh=[fresh],
         late=[[late for late, _ in pairs]],
@@ -66,6 +73,8 @@ def _round(fresh: dict[str, Any], pairs: list[tuple[dict[str, Any], dict[str, An
         twin_pids={2},
         before=[0, 1, 2],
         cores={(0,)},
+        control=[control if control is not None else [twin for _, twin in pairs]],
+        control_pids={3},
     )
 
 
@@ -95,7 +104,9 @@ def test_contamination_judges_late_against_its_twin_seconds_apart_not_against_fr
     drifted = [(_result(1.2, 0.6), _result(1.2, 0.6)), (_result(1.21, 0.6), _result(1.2, 0.6))]
     row = contamination.table([probe], [_round(_result(1.0, 0.5), drifted), _round(_result(1.0, 0.5), drifted)])[2]
     assert row.endswith("| ok |")
-    assert "| 1.200, 1.200 |" in row  # the aged worker's first late copy / its fresh one, per round
+    rounds = [_round(_result(1.0, 0.5), drifted)] * 2
+    apart = contamination.apart_table([probe], rounds)[2]
+    assert apart.endswith("| 1.200, 1.200 | 1.200, 1.200 |")  # the first late copy / the fresh one, per round
     assert "| 2.00x | 1.004 [" in row  # the speedup fresh, and late/twin with its interval
     slowed = [(_result(1.3, 0.6), _result(1.2, 0.6))] * 4
     assert "OUT (±3%, same counts)" in contamination.table([probe], [_round(_result(1.0, 0.5), slowed)])[2]
@@ -113,6 +124,24 @@ def test_contamination_tells_pairs_whose_interval_holds_no_difference_apart() ->
     assert contamination.table([probe], [_round(twin, steady)])[2].endswith("| OUT (±3%, same counts) |")
 
 
+def test_contamination_tells_a_late_difference_no_larger_than_the_controls_apart() -> None:
+    """The control differs from the twin in nothing: where it is out as far as the aged worker on
+    every side out of 3%, the history moved the numbers no more than a second new process does; where
+    the control holds within 3%, the same late difference is OUT."""
+    probe = contamination.PROBES[0]
+    twin = _result(1.0, 0.5)
+    late = [(_result(1.08, 0.5), twin)] * 4
+    as_far = contamination.table([probe], [_round(twin, late, [_result(0.9, 0.5)] * 4)])[2]
+    assert "| 1.080 [" in as_far and "| 0.900 [" in as_far
+    assert as_far.endswith("| OUT of ±3%, as the control |")
+    steady = contamination.table([probe], [_round(twin, late, [_result(1.01, 0.5)] * 4)])[2]
+    assert steady.endswith("| OUT (±3%, same counts) |")
+    both = contamination.table([probe], [_round(twin, [(_result(1.08, 0.56), twin)] * 4, [_result(1.1, 0.5)] * 4)])
+    assert both[2].endswith("| OUT (±3%, same counts) |")  # compiled 12% off, the control's compiled within 3%
+    rounds = [_round(twin, late, [_result(0.9, 0.5)] * 4), _round(twin, late, [_result(1.0, 0.5)] * 4)]
+    assert contamination.control_within([probe], rounds) == (1, 2)  # compiled in; eager 0.95 (median of 0.9, 1.0) out
+
+
 def test_contamination_resamples_rounds_not_only_pairs_and_shows_each_rounds_median() -> None:
     """Each round's pairs agree among themselves but the rounds do not (two processes each, whose
     placement in memory can set a probe's speed): the interval spans the rounds, not the pairs."""
@@ -127,17 +156,20 @@ def test_contamination_resamples_rounds_not_only_pairs_and_shows_each_rounds_med
     assert contamination.rounds_of(json.loads(json.dumps(data))) == rounds  # --out, then --from
 
 
-def test_contamination_round_runs_on_two_real_workers_taking_turns_on_one_core(ray_cluster, tmp_path: Path) -> None:
+def test_contamination_round_runs_on_three_real_workers_taking_turns_on_one_core(ray_cluster, tmp_path: Path) -> None:
     probe = {"target": "seed.foo", "compile": {"backend": "eager"}, "timing": {"warmup_ms": 5, "repeats_ms": 20}}
     other = {"target": "seed.outer", "compile": {"backend": "eager"}}
     experiments = contamination.payloads([], [probe, other], tmp_path)
     r = contamination.run_round(experiments, 1, 1, 0, tmp_path)
-    assert len(r.pids) == 1 and r.apart  # one aged process, the twin another
+    assert len(r.pids) == 1 and r.apart  # one aged process, the twin another, the control a third
+    assert len(r.control_pids) == 1 and not r.control_pids & (r.pids | r.twin_pids)
     assert r.before == [0, 1, 2]  # fresh probe, the other, the late copy
-    assert len(r.cores) == 1 and len(next(iter(r.cores))) == 1  # one core, both workers
+    assert len(r.cores) == 1 and len(next(iter(r.cores))) == 1  # one core, all three workers
     late, twin = r.pairs(0)[0]
-    assert late["status"] == twin["status"] == r.fresh[0]["status"] == "ok"
-    assert twin["worker"]["experiments_before"] == 0
+    control, also_twin = r.pairs(0, contamination.CONTROL)[0]
+    assert also_twin is twin
+    assert late["status"] == twin["status"] == control["status"] == r.fresh[0]["status"] == "ok"
+    assert twin["worker"]["experiments_before"] == control["worker"]["experiments_before"] == 0
 
 
 def test_overhead_workloads_are_valid_specs_and_the_peer_scripts_are_python(tmp_path: Path) -> None:

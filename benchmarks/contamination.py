@@ -440,9 +440,11 @@ def in_own_state() -> None:
 def main() -> None:
     in_own_state()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="new aged and twin workers: this many times")
+    parser.add_argument(
+        "--rounds", type=int, default=ROUNDS, help="new aged, twin and control workers: this many times"
+    )
     parser.add_argument("--others", type=int, default=OTHERS, help=f"experiments between (at most {OTHERS})")
-    parser.add_argument("--pairs", type=int, default=PAIRS, help="late/twin pairs of each probe in a round")
+    parser.add_argument("--pairs", type=int, default=PAIRS, help="late, twin, control triples of each probe in a round")
     parser.add_argument("--quick", action="store_true", help=f"1 round, {QUICK_PROBES} probes, {QUICK_OTHERS} others")
     parser.add_argument("--positions", action="store_true", help="the same probes again and again in one worker")
     parser.add_argument("--out", type=Path, help="also write every result of the run to this JSON file")
@@ -481,7 +483,7 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         for index in range(rounds_n):
             print(
                 f"round {index + 1}/{rounds_n}: {len(probes)} probes fresh, {len(others)} others, "
-                f"then {pairs} late/twin pair(s) of each probe...",
+                f"then {pairs} late, twin, control triple(s) of each probe...",
                 file=sys.stderr,
                 flush=True,
             )

@@ -300,8 +300,11 @@ class Reference:
 
 def reference_child(request: dict[str, Any]) -> None:
     """In a fresh process: prepare the workload as ``Reference`` says, then answer each request on
-    stdin (``{"rounds": n, "window_s": s}``) with both sides' medians (ms) as one JSON line, and
-    ``{"fragment": true}`` by ``fragment_heap`` (its tensors kept for the process's life) and ``{}``."""
+    stdin (``{"rounds": n, "window_s": s}``) with both sides' medians (ms) as one JSON line;
+    ``{"fragment": true}`` by ``fragment_heap`` (its tensors kept for the process's life) and ``{}``;
+    and ``{"experiment": payload}`` by running it here through compilebench's whole procedure
+    (``tasks.worker.run_payload``, one core) and answering its two medians, after which the
+    reference's own compiled callable is called once, untimed (the procedure resets Dynamo)."""
     from tasks.isolation import pin, set_allocator
 
     if request.get("cores"):
@@ -323,12 +326,26 @@ def reference_child(request: dict[str, Any]) -> None:
                 kept += fragment_heap()
                 print(json.dumps({}), flush=True)
                 continue
+            if "experiment" in ask:
+                print(json.dumps(procedure_medians(ask["experiment"])), flush=True)
+                compiled(*inputs)  # compiled again, outside any timing, if the procedure's reset dropped it
+                continue
             rounds: dict[str, list[float]] = {"eager": [], "compiled": []}
             for _ in range(ask["rounds"]):
                 for side, call in (("eager", fn), ("compiled", compiled)):
                     timer = tbench.Timer(stmt="fn(*inputs)", globals={"fn": call, "inputs": inputs})
                     rounds[side].append(timer.blocked_autorange(min_run_time=ask["window_s"]).median * 1e3)
             print(json.dumps({side: statistics.median(ms) for side, ms in rounds.items()}), flush=True)
+
+
+def procedure_medians(payload: dict[str, Any]) -> dict[str, float]:
+    """Each side's median (ms) of one experiment through compilebench's whole procedure in this process
+    (build, compile, warm-up, interleaved timing), as a worker runs it on one core; NaN if it failed."""
+    from tasks.worker import run_payload
+
+    with torch.enable_grad():  # the procedure sets the phase's grad mode itself, as in a worker
+        result = run_payload(payload, {"cpus": 1})
+    return {side: (result.get(side) or {}).get("median_ms", float("nan")) for side in ("eager", "compiled")}
 
 
 def e2e_table(
@@ -408,6 +425,54 @@ def section_e2e(runs: int = E2E_RUNS, quick: bool = False) -> None:
     for line in not_ok:
         print(f"\nnot timed: {line}", end="")
     print()
+
+
+INPROCESS_TURNS = 6  # procedure, reference, reference, procedure...: each turn pairs neighbours in time
+
+
+def e2e_payload(workload: tuple[str, str, dict[str, Any]], tmp: Path, seed: int) -> dict[str, Any]:
+    """The e2e experiment of one workload as a worker receives it: validated by the spec loader, as plain data."""
+    from orchestrator.spec import load_spec
+
+    spec = tmp / "inprocess.yaml"
+    spec.write_text(e2e_spec([workload], seed))
+    return load_spec(spec).experiments[0].model_dump(mode="json")
+
+
+def section_inprocess(turns: int = INPROCESS_TURNS) -> None:
+    """Compilebench's whole procedure against ``blocked_autorange`` in one process, taking turns: what
+    the procedure adds to a side's median, with no second process, worker or Ray to draw apart."""
+    core = min(os.sched_getaffinity(0))
+    seed = 0
+    ours: dict[tuple[int, str], list[float]] = {}
+    refs: dict[tuple[int, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, workload in enumerate(E2E_WORKLOADS):
+            label, target, params = workload
+            print(f"inprocess: {label}, {turns} turns...", file=sys.stderr, flush=True)
+            payload = e2e_payload(workload, Path(tmp), seed)
+            with Reference(target, params, 1, seed, [core]) as ref:
+                for k in range(turns):
+                    asks: list[dict[str, Any]] = [
+                        {"experiment": payload},
+                        {"rounds": E2E_REFERENCE_ROUNDS, "window_s": E2E_REFERENCE_MIN_RUN_S},
+                    ]
+                    answers = [ref.ask(a) for a in (asks if k % 2 == 0 else asks[::-1])]
+                    mine, theirs = answers if k % 2 == 0 else answers[::-1]
+                    for side in ("eager", "compiled"):
+                        ours.setdefault((i, side), []).append(mine[side])
+                        refs.setdefault((i, side), []).append(theirs[side])
+    print(f"\n## In one process: compilebench's procedure vs torch.utils.benchmark, taking turns on core {core}\n")
+    print(
+        f"Per workload, one process (pinned to core {core}, one thread, the worker's allocator setting) builds and "
+        "compiles the reference as the e2e section does, then takes turns: the e2e experiment through "
+        f"compilebench's whole procedure (tasks.worker.run_payload: build, compile, warm-up, interleaved timing; "
+        f"timing {E2E_TIMING}) and blocked_autorange ({E2E_REFERENCE_ROUNDS} rounds of {E2E_REFERENCE_MIN_RUN_S} s "
+        f"per side), which goes first alternating, {turns} turns. Per turn the ratio compilebench / reference; "
+        "the median over turns. One process holds both, so what a new process draws (drift, heap) is the same "
+        "for both: a ratio off here is the procedure's, one off only in e2e is the process's.\n"
+    )
+    print("\n".join(e2e_table([label for label, _, _ in E2E_WORKLOADS], ours, refs)).replace("per run", "per turn"))
 
 
 DRIFT_WORKLOADS = (E2E_WORKLOADS[0], E2E_WORKLOADS[2], E2E_WORKLOADS[3])  # gelu 512x256, foo3 1024x1024, mlp
@@ -718,7 +783,7 @@ def _fmt(ms: float) -> str:
     return f"{ms * 1e3:.2f} us" if ms < 1 else f"{ms:.3f} ms"
 
 
-SECTIONS = ("e2e", "drift", "heap", "timers", "interleaving", "stability", "neighbours")
+SECTIONS = ("e2e", "inprocess", "drift", "heap", "timers", "interleaving", "stability", "neighbours")
 
 
 def main() -> None:
@@ -741,6 +806,8 @@ def main() -> None:
     for name in args.sections or SECTIONS:
         if name == "e2e":
             section_e2e(args.runs, args.quick)
+        elif name == "inprocess":
+            section_inprocess()
         elif name == "drift":
             section_drift()
         elif name == "heap":

@@ -212,6 +212,24 @@ def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
     assert fidelity.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"
 
 
+def test_fidelity_inprocess_runs_the_whole_procedure_in_the_reference_process_and_times_both_after_it(
+    tmp_path: Path,
+) -> None:
+    """The reference process answers an experiment through compilebench's procedure (both sides timed),
+    then times its own callables again and runs the experiment once more, in the same process."""
+    workload = ("seed.foo 16x16", "seed.foo", {"shape": [16, 16]})
+    payload = fidelity.e2e_payload(workload, tmp_path, seed=0)
+    assert payload["target"] == "seed.foo" and payload["timing"]["repeats_ms"] == fidelity.E2E_TIMING["repeats_ms"]
+    payload["timing"] = {"warmup_ms": 5, "repeats_ms": 20}
+    with fidelity.Reference("seed.foo", {"shape": [16, 16]}, 1, 0, None) as ref:
+        ours = ref.ask({"experiment": payload})
+        theirs = ref.time(1, 0.02)
+        again = ref.ask({"experiment": payload})
+    for medians in (ours, theirs, again):
+        assert set(medians) == {"eager", "compiled"}
+        assert all(0 < ms < 10 for ms in medians.values())  # finite and positive: both sides were timed
+
+
 def test_fidelity_drift_pairs_neighbouring_windows_of_two_identical_processes() -> None:
     """A's windows are 10% slower than B's in every other pair and equal in the rest: the single pairs
     range 1.0-1.1, half within 3%, and each process's own movement is shown apart."""

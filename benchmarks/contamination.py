@@ -2,7 +2,7 @@
 then again on the same worker after other experiments, each time beside a twin that ran none, and
 beside a control that differs from the twin in nothing.
 
-    python benchmarks/contamination.py            # 3 rounds, 20 other experiments, 3 triples (~30 min on 2 cores)
+    python benchmarks/contamination.py            # 3 rounds, 20 other experiments, 3 triples (~35 min on 2 cores)
     python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others, 2 triples
     python benchmarks/contamination.py --positions  # the yardstick: one probe again and again in one worker
     python benchmarks/contamination.py --out run.json   # keep every result; --from run.json prints its tables again

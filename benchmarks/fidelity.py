@@ -2,8 +2,9 @@
 against itself, compilebench's timers against independent ones, run-to-run stability through the
 real CLI, and an experiment timed alone vs beside a compiling neighbour.
 
-    python benchmarks/fidelity.py                    # every section (about 25 minutes on 2 cores)
-    python benchmarks/fidelity.py e2e drift          # some: e2e drift heap timers interleaving stability neighbours
+    python benchmarks/fidelity.py                    # every section (about 30 minutes on 2 cores)
+    python benchmarks/fidelity.py e2e drift          # some: e2e inprocess drift heap timers interleaving stability
+                                                     # neighbours
     python benchmarks/fidelity.py e2e --quick        # two workloads, one run each
 
 **End to end** (``e2e``): each workload runs as an experiment through ``orchestrator.api.run``
@@ -17,6 +18,12 @@ compiled the same way (``torch.compile`` with the experiment's compile settings,
 ``no_grad``, modules in ``eval()``), at the worker's thread count, on its core. The ratio is the
 median over runs of each run's compilebench median over the reference taken right after it. This
 is what a user sees who times the callable on its own, against what compilebench reports for it.
+
+**In one process** (``inprocess``): the reference process of each workload also runs the e2e
+experiment through compilebench's whole procedure (``tasks.worker.run_payload``: build, compile,
+warm-up, interleaved timing), taking turns with its own ``blocked_autorange``. Both share one
+process's draw of memory, so a ratio off here is the procedure's, and one off only end to end is
+what two processes draw apart.
 
 **Drift** (``drift``): the reference against itself. Two identical reference processes, pinned to
 one core, take turns timing the same workload, window after window; the ratios of neighbouring

@@ -6,6 +6,7 @@ beside a control that differs from the twin in nothing.
     python benchmarks/contamination.py --quick    # 1 round, 4 probes, 4 others, 2 triples
     python benchmarks/contamination.py --positions  # the yardstick: one probe again and again in one worker
     python benchmarks/contamination.py --out run.json   # keep every result; --from run.json prints its tables again
+    python benchmarks/contamination.py --from a.json b.json   # the rounds of several runs, pooled
 
 Each round starts three long-lived workers of one CPU (``orchestrator.pool.WorkerActor`` over
 ``tasks.worker.Worker``: the procedure, the reset and the core claim every run uses) and sends
@@ -448,13 +449,22 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"1 round, {QUICK_PROBES} probes, {QUICK_OTHERS} others")
     parser.add_argument("--positions", action="store_true", help="the same probes again and again in one worker")
     parser.add_argument("--out", type=Path, help="also write every result of the run to this JSON file")
-    parser.add_argument("--from", dest="source", type=Path, help="print the tables of a run written by --out")
+    parser.add_argument(
+        "--from",
+        dest="sources",
+        type=Path,
+        nargs="+",
+        help="print the tables of runs written by --out, their rounds pooled",
+    )
     args = parser.parse_args()
     if args.positions:
         positions_main()
         return
-    if args.source:
-        data = json.loads(args.source.read_text())
+    if args.sources:
+        try:
+            data = pooled([json.loads(path.read_text()) for path in args.sources])
+        except (OSError, ValueError) as e:
+            parser.error(str(e))
     else:
         data = collect(args)
         if args.out:
@@ -497,6 +507,24 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "machine": f"{os.cpu_count()} cores, load average {load:.1f} at start; Ray {ray.__version__}, "
         f"Python {platform.python_version()}",
         "rounds": [round_data(r) for r in rounds],
+    }
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs written by ``--out`` as one: their rounds, in order. Each round is two or three new
+    processes, drawn afresh, so rounds of runs of the same probes, others and pairs pool as rounds of
+    one run; runs that differ in those are refused."""
+    first = runs[0]
+    for run in runs[1:]:
+        if any(run[key] != first[key] for key in ("probes", "others", "pairs")):
+            raise ValueError("runs of different probes, others or pairs cannot be pooled")
+    if len(runs) == 1:
+        return first
+    return {
+        **first,
+        "command": " + ".join(run["command"] for run in runs),
+        "machine": " / ".join(dict.fromkeys(run["machine"] for run in runs)),
+        "rounds": [r for run in runs for r in run["rounds"]],
     }
 
 

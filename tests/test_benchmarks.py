@@ -156,6 +156,28 @@ def test_contamination_resamples_rounds_not_only_pairs_and_shows_each_rounds_med
     assert contamination.rounds_of(json.loads(json.dumps(data))) == rounds  # --out, then --from
 
 
+def test_contamination_pools_the_rounds_of_runs_of_the_same_design() -> None:
+    probe = contamination.PROBES[0]
+    twin = _result(1.0, 0.5)
+    runs = [
+        {
+            "command": f"run {k}",
+            "probes": [probe],
+            "others": 20,
+            "pairs": 3,
+            "machine": "m",
+            "rounds": [contamination.round_data(_round(twin, [(_result(e, 0.5), twin)] * 3))],
+        }
+        for k, e in enumerate((1.3, 0.9))
+    ]
+    data = contamination.pooled(json.loads(json.dumps(runs)))
+    assert data["command"] == "run 0 + run 1" and data["machine"] == "m"
+    rows = contamination.table(data["probes"], contamination.rounds_of(data))
+    assert "(6; rounds 1.30, 0.90)" in rows[2]
+    with pytest.raises(ValueError, match="cannot be pooled"):
+        contamination.pooled([runs[0], {**runs[1], "pairs": 2}])
+
+
 def test_contamination_round_runs_on_three_real_workers_taking_turns_on_one_core(ray_cluster, tmp_path: Path) -> None:
     probe = {"target": "seed.foo", "compile": {"backend": "eager"}, "timing": {"warmup_ms": 5, "repeats_ms": 20}}
     other = {"target": "seed.outer", "compile": {"backend": "eager"}}

@@ -330,7 +330,7 @@ def ratio_cell(groups: list[list[float]]) -> tuple[str, float | None, tuple[floa
 def round_interval(groups: list[list[float]], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% bootstrap interval of the median of all pairs, resampling rounds, then the pairs within each.
 
-    The copies of one round share two processes, and where a process's memory lies can set a
+    The copies of one round share three processes, and where a process's memory lies can set a
     memory-bound probe's speed for its whole life (``fidelity.py drift``): a round, not a pair, is
     the unit that is drawn afresh. With one round this is the plain bootstrap of its pairs."""
     import numpy as np

@@ -400,6 +400,11 @@ def schema() -> None:
 
 
 def main() -> None:
+    import faulthandler
+    import signal
+
+    if hasattr(signal, "SIGUSR1"):  # kill -USR1 <pid>: every thread's stack on stderr, for a driver that seems stuck
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         app()
     except KeyboardInterrupt:

@@ -70,6 +70,19 @@ def start(spec: Path, out: Path, address: str, *extra: str) -> subprocess.Popen[
     return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def finish(proc: subprocess.Popen[str], timeout_s: float = 600) -> str:
+    """The driver's stderr once it exits; if it has not within ``timeout_s``, a failure that carries
+    every thread's stack (the CLI dumps them on SIGUSR1) and what it printed."""
+    try:
+        return proc.communicate(timeout=timeout_s)[1]
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(5)
+        proc.kill()
+        _, stderr = proc.communicate()
+        pytest.fail(f"the driver did not exit within {timeout_s:.0f} s; its stacks and stderr:\n{stderr}")
+
+
 def wait_for_lines(journal: Path, n: int, proc: subprocess.Popen[str], timeout_s: float = 600) -> None:
     deadline = time.monotonic() + timeout_s
     while not (journal.exists() and journal.read_bytes().count(b"\n") >= n):
@@ -125,7 +138,7 @@ def test_ctrl_c_writes_the_report_of_what_finished_and_exits_130(write_spec, tmp
     proc = start(spec, out, address)
     wait_for_lines(journal_path(out), 1, proc)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=600)
+    stderr = finish(proc)
     assert proc.returncode == 130, stderr
     report = json.loads(out.read_text())
     assert report["complete"] is False

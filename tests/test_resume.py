@@ -67,7 +67,16 @@ def gated_sweep(gate: Path, free: int) -> str:
 
 def start(spec: Path, out: Path, address: str, *extra: str) -> subprocess.Popen[str]:
     args = [sys.executable, "-m", "orchestrator", "run", str(spec), "--out", str(out), "--address", address, *extra]
-    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible
+    )
+
+
+def interruptible() -> None:
+    """In the driver's child process, before Python starts: Ctrl-C's default action, whatever the tests'
+    own process inherited. A job a shell started in the background (``cmd &``) has SIGINT ignored, its
+    children too, and Python installs its KeyboardInterrupt handler only where SIGINT is not ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def finish(proc: subprocess.Popen[str], timeout_s: float = 600) -> str:

@@ -439,7 +439,7 @@ INPROCESS_TURNS = 6  # procedure, reference, reference, procedure...: each turn 
 
 def e2e_payload(workload: tuple[str, str, dict[str, Any]], tmp: Path, seed: int) -> dict[str, Any]:
     """The e2e experiment of one workload as a worker receives it: validated by the spec loader, as plain data."""
-    from orchestrator.spec import load_spec
+    from orchestrator.plan.spec import load_spec
 
     spec = tmp / "inprocess.yaml"
     spec.write_text(e2e_spec([workload], seed))

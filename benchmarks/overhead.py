@@ -26,7 +26,7 @@ as compilebench's worker does, a plain task is one).
 interpreter start to exit, as a user waits for it: ``compilebench run SPEC --out ...``, and a
 bare script for each peer (``ray.init`` to ``ray.shutdown``, written out below as
 ``FLOOR_SCRIPT``, ``PLAIN_SCRIPT`` and ``TUNE_SCRIPT``). **In process** (the second table, the
-trivial workload): the peers and ``orchestrator.runner.run_experiments`` called from this
+trivial workload): the peers and ``orchestrator.execution.runner.run_experiments`` called from this
 process on one Ray instance, timed from after ``ray.init``: the marginal cost, without the
 fixed one.
 
@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
-from orchestrator.cluster import ClusterInfo, connect  # noqa: E402
+from orchestrator.execution.cluster import ClusterInfo, connect  # noqa: E402
 from tasks.models import Experiment  # noqa: E402
 
 VARIANTS = ("compilebench", "plain", "floor", "tune")
@@ -119,8 +119,8 @@ def _in_task(results: list[dict[str, Any]]) -> Run:
 
 
 def run_compilebench(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
-    from orchestrator.journal import Journal
-    from orchestrator.runner import run_experiments
+    from orchestrator.execution.runner import run_experiments
+    from orchestrator.store.journal import Journal
 
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()

@@ -3,7 +3,7 @@ summarising 10,000 results, each against a 1 s target.
 
     python benchmarks/scale.py [--n 10000] [--repeats 5]
 
-1. **Spec expansion**: ``orchestrator.spec.load_spec`` on a generated spec whose sweep expands to
+1. **Spec expansion**: ``orchestrator.plan.spec.load_spec`` on a generated spec whose sweep expands to
    N experiments (a built-in target; params, compile modes, fullgraph, two GPU models, seeds):
    reading, validating each experiment, checking its target and params, hashing its id.
 2. **Summary**: ``orchestrator.report.summarize`` on N synthetic results (10 raw samples a side,
@@ -33,8 +33,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from orchestrator.plan.spec import load_spec  # noqa: E402
 from orchestrator.report import summarize  # noqa: E402
-from orchestrator.spec import load_spec  # noqa: E402
 from tasks.models import CompileConfig, Result, TimingConfig, WorkerInfo  # noqa: E402
 from tasks.stats import side_timing  # noqa: E402
 

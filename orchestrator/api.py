@@ -9,17 +9,17 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from orchestrator.calibration import calibrated
-from orchestrator.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
-from orchestrator.compile_cache import CompileCacheError, check_compile_cache
-from orchestrator.journal import Journal, JournalContents, JournalError, journal_path, read_journal
-from orchestrator.paths import check_out
-from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
+from orchestrator.execution.cluster import ClusterInfo, connect, environment, submitted_job_working_dir
+from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
+from orchestrator.execution.runner import OnResult, run_experiments
+from orchestrator.machines.calibration import calibrated
+from orchestrator.plan.compile_cache import CompileCacheError, check_compile_cache
+from orchestrator.plan.paths import check_out
+from orchestrator.plan.spec import ALL_GPU_MODELS, Spec, load_spec
 from orchestrator.report import Report, build_report, write_report
-from orchestrator.runner import OnResult, run_experiments
-from orchestrator.spec import ALL_GPU_MODELS, Spec, load_spec
-from orchestrator.storage import Location
-from orchestrator.traces import clear_traces
+from orchestrator.store.journal import Journal, JournalContents, JournalError, journal_path, read_journal
+from orchestrator.store.storage import Location
+from orchestrator.store.traces import clear_traces
 from tasks.models import Calibration, Experiment, Result, WorkerLimits
 
 __all__ = [
@@ -77,11 +77,11 @@ def run(
     on_result: OnResult | None = None,
 ) -> Report:
     """Run the experiments of ``spec`` on the cluster and write the report to ``out``: a local path,
-    or the URL of an object in a store (``s3://bucket/run/r.json``; ``orchestrator.storage``),
+    or the URL of an object in a store (``s3://bucket/run/r.json``; ``orchestrator.store.storage``),
     probed before Ray starts (``OutPathError``).
 
     The journal next to the report (``out.journal.jsonl``, or the objects under ``out.journal/``
-    in a store; ``orchestrator.journal``) is the run's source of truth: each
+    in a store; ``orchestrator.store.journal``) is the run's source of truth: each
     result is appended to it as it arrives, and the report is built from the spec and what
     the journal holds, each run once (an experiment with ``replicates: k`` has k), in spec
     order. A journal that already holds results makes the run refuse (``JournalError``) before
@@ -98,11 +98,11 @@ def run(
     processes (``WorkerLimits``; an experiment's own ``worker`` limits win; default: every
     field's default). ``calibrate``: every worker probes its device (about a second) before
     its first experiment; the probes go to ``environment.calibration``, judged against their
-    model's other devices (``orchestrator.calibration``), and each result carries its worker's
+    model's other devices (``orchestrator.machines.calibration``), and each result carries its worker's
     entry. ``exclude_slow`` (implies ``calibrate``): a worker whose device is slow runs nothing
     and the others run its queue. ``compile_cache``: where experiments with ``compile.cache: shared``
     load and store their compile artifacts (a directory every node sees, or an object store's
-    URL; ``orchestrator.compile_cache``), checked writable before Ray starts (``CompileCacheError``,
+    URL; ``orchestrator.plan.compile_cache``), checked writable before Ray starts (``CompileCacheError``,
     also when such an experiment has none). ``working_dir`` is shipped to the cluster for user targets;
     default: the current directory when an ``address`` is given and the spec names a target
     by import path (unless a submitted job already ships one).

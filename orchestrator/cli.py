@@ -14,8 +14,8 @@ from rich.table import Table
 # that --help and the report-reading commands start at once.
 if TYPE_CHECKING:
     from orchestrator.api import RunPlan
+    from orchestrator.plan.spec import Spec
     from orchestrator.report import Report
-    from orchestrator.spec import Spec
 
 app = typer.Typer(
     add_completion=False,
@@ -35,7 +35,7 @@ def _fail(message: str, code: int) -> typer.Exit:
 
 
 def _load(spec: Path) -> Spec:
-    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.plan.spec import SpecError, load_spec
 
     try:
         return load_spec(spec)
@@ -136,11 +136,11 @@ def run(
     runs the rest).
     """
     from orchestrator import api
-    from orchestrator.cluster import ClusterError
-    from orchestrator.paths import out_problem
+    from orchestrator.execution.cluster import ClusterError
+    from orchestrator.plan.paths import out_problem
     from orchestrator.report import print_report
     from orchestrator.report.progress import RunProgress
-    from orchestrator.storage import StorageError
+    from orchestrator.store.storage import StorageError
 
     if address and (num_gpus is not None or num_cpus is not None):
         raise _fail("--num-gpus and --num-cpus describe a local Ray instance; drop them with --address", 2)
@@ -263,7 +263,7 @@ def _write_html(report: Report, path: str) -> None:
 def _write_page(text: str, path: str) -> None:
     """Write an HTML page to a path or URL; a place that cannot take it is exit 2, one line."""
     from orchestrator.report import write_atomic
-    from orchestrator.storage import StorageError
+    from orchestrator.store.storage import StorageError
 
     try:
         write_atomic(path, text)
@@ -394,7 +394,7 @@ def schema() -> None:
     """Print the JSON Schema of the spec file, for editors (VS Code's YAML extension) and validators."""
     import json
 
-    from orchestrator.schema import spec_schema
+    from orchestrator.plan.schema import spec_schema
 
     sys.stdout.write(json.dumps(spec_schema(), indent=2) + "\n")
 

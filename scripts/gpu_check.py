@@ -32,7 +32,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from orchestrator.spec import load_spec  # noqa: E402
+from orchestrator.plan.spec import load_spec  # noqa: E402
 from tasks.models import Experiment, Result, SideTiming  # noqa: E402
 from tasks.procedure import run_experiment  # noqa: E402
 

@@ -2,7 +2,7 @@
 (``run --calibrate``): how fast this GPU or these cores are next to others of the same model.
 
 The figures are not peaks: they are the same fixed work, timed the same way, on every device, so
-that devices of one model can be compared (``orchestrator.calibration`` judges them). Higher is
+that devices of one model can be compared (``orchestrator.machines.calibration`` judges them). Higher is
 faster for every figure. A step that raises leaves its figure out and its error in
 ``conditions["errors"]``; the probe itself never raises.
 

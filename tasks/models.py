@@ -439,7 +439,7 @@ class Calibration(BaseModel):
     temperature and throttle reasons where available (``conditions``). On a CPU: a matmul's
     GFLOP/s and a memory copy's GB/s (``matmul_gflops``, ``copy_gbps``) on the worker's cores.
     ``slow`` and ``slow_reasons`` are derived by the driver against the median of every entry of
-    the same ``model`` (``orchestrator.calibration``), never measured.
+    the same ``model`` (``orchestrator.machines.calibration``), never measured.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -567,7 +567,7 @@ class TraceInfo(BaseModel):
 
     The worker records torch's structured trace of the measured compile (``tasks.tracing``: what
     ``TORCH_TRACE`` writes) and sends its files with the result, packed in ``archive``; the driver
-    unpacks them beside the report (``orchestrator.traces``) and empties ``archive``. Paths are
+    unpacks them beside the report (``orchestrator.store.traces``) and empties ``archive``. Paths are
     relative to the report's folder: ``dir`` (``REPORT.traces/<experiment id>-r<replicate>``),
     ``log_files`` (torch's ``dedicated_log_torch_trace_*.log``), ``html`` (tlparse's ``index.html``,
     where tlparse is installed on the driver). ``bytes``: the logs' size, uncompressed. ``error``:

@@ -71,7 +71,7 @@ class CompileTrace:
 
     The block's log goes to a temporary folder of the worker; when the block ends the logs are
     packed into ``TraceInfo.archive`` (a gzip tar, base64) and the folder is removed. The
-    driver unpacks them beside the report (``orchestrator.traces``). A trace that cannot be
+    driver unpacks them beside the report (``orchestrator.store.traces``). A trace that cannot be
     recorded or packed is an ``error`` in its ``TraceInfo``, never a failure of the experiment.
     """
 

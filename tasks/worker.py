@@ -21,7 +21,7 @@ cuDNN's autotuner cache) is bounded by replacing the worker: after ``max_experim
 its resident memory grew past ``max_rss_growth_mb``, or after a reset that raised (see
 ``Worker`` and ``tasks.models.WorkerLimits``).
 
-Nothing here knows about Ray; ``orchestrator.pool`` wraps a ``Worker`` in a Ray actor.
+Nothing here knows about Ray; ``orchestrator.execution.pool`` wraps a ``Worker`` in a Ray actor.
 """
 
 from __future__ import annotations

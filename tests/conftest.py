@@ -27,7 +27,7 @@ RAY_GPUS = 4
 def ray_cluster() -> Iterator[object]:
     import ray
 
-    from orchestrator.cluster import connect
+    from orchestrator.execution.cluster import connect
 
     info = connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)
     yield info
@@ -57,7 +57,7 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from orchestrator.cluster import connect
+    from orchestrator.execution.cluster import connect
 
     had_local = ray.is_initialized()
     ray.shutdown()

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from benchmarks import contamination, fidelity, overhead
-from orchestrator.spec import load_spec
+from orchestrator.plan.spec import load_spec
 
 
 def _load(tmp_path: Path, spec: dict[str, Any]):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import tasks.nvml
-from orchestrator.calibration import SLOW_THRESHOLD, is_slow, judge, slow_reasons
+from orchestrator.machines.calibration import SLOW_THRESHOLD, is_slow, judge, slow_reasons
 from tasks.calibration import (
     GEMM_N,
     GPU_COPY_BYTES,

@@ -218,7 +218,7 @@ def test_out_naming_a_directory_ends_at_once_not_after_the_sweep(tmp_path, write
 
 def test_the_library_checks_out_before_connecting(tmp_path, monkeypatch):
     from orchestrator import api
-    from orchestrator.paths import OutPathError
+    from orchestrator.plan.paths import OutPathError
 
     def no_cluster(*args, **kwargs):
         raise AssertionError("connected to Ray despite a bad --out")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.api import default_working_dir, expand_all_gpu_models
-from orchestrator.cluster import (
+from orchestrator.execution.cluster import (
     FAIL_FAST_ENV,
     WORKING_DIR_EXCLUDES,
     ClusterError,
@@ -22,8 +22,8 @@ from orchestrator.cluster import (
     with_versions,
     working_dir_env,
 )
-from orchestrator.nodes import Node
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.machines.nodes import Node
+from orchestrator.plan.spec import SpecError, load_spec
 from tasks.models import CompileConfig, Result, TimingConfig, WorkerInfo
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def test_connect_settings_are_set_while_joining_an_address_and_restored_after():
     script = """
 import json, os
 from ray._private import ray_constants
-from orchestrator.cluster import FAIL_FAST_ENV, fail_fast_connect
+from orchestrator.execution.cluster import FAIL_FAST_ENV, fail_fast_connect
 import ray
 before = {k: os.environ.get(k) for k in FAIL_FAST_ENV}
 with fail_fast_connect():

@@ -21,7 +21,7 @@ import typer.main
 import yaml
 
 from orchestrator.cli import app
-from orchestrator.spec import load_spec
+from orchestrator.plan.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "cluster.yaml").read_text())

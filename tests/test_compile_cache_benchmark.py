@@ -22,7 +22,7 @@ ROW = re.compile(
 def test_the_spec_is_models_yaml_shared_and_unchecked_for_the_targets_picked(tmp_path):
     import json
 
-    from orchestrator.spec import load_spec
+    from orchestrator.plan.spec import load_spec
 
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec_of(["blocks.mlp", "models.gpt"], quick=False, gpu_model="NODE_A")))

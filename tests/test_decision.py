@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from orchestrator.plan.spec import load_spec
 from orchestrator.report.decision import (
     EVERY_FAILED,
     EVERY_INCORRECT,
@@ -18,7 +19,6 @@ from orchestrator.report.decision import (
 )
 from orchestrator.report.models import Decision
 from orchestrator.report.summary import summarize
-from orchestrator.spec import load_spec
 from tasks.models import DecisionConfig, Experiment, Result, result_identity
 from tests.report_data import make_replay_result, make_replicates, make_result
 

@@ -19,8 +19,8 @@ import typer
 from pydantic import BaseModel, Field
 
 from orchestrator.cli import app
+from orchestrator.plan.schema import spec_schema
 from orchestrator.report.models import Report
-from orchestrator.schema import spec_schema
 from tasks.models import Experiment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -128,11 +128,11 @@ class _ExperimentWithNewField(Experiment):
 
 
 def test_a_field_added_to_the_spec_models_appears_in_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    import orchestrator.schema
+    import orchestrator.plan.schema
 
     before = _hook().spec_reference()
     assert "sentinel_knob" not in before
-    monkeypatch.setattr(orchestrator.schema, "Experiment", _ExperimentWithNewField)
+    monkeypatch.setattr(orchestrator.plan.schema, "Experiment", _ExperimentWithNewField)
     after = _hook().spec_reference()
     assert "| `sentinel_knob` | integer | `7` | - | a field added to the spec |" in after
     assert "`loud`" in after

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from orchestrator.cluster import describe
-from orchestrator.journal import Journal
-from orchestrator.pool import Pool
-from orchestrator.runner import run_experiments
+from orchestrator.execution.cluster import describe
+from orchestrator.execution.pool import Pool
+from orchestrator.execution.runner import run_experiments
+from orchestrator.store.journal import Journal
 from tasks.models import Experiment, Result
 
 from .conftest import multinode_cluster

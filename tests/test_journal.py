@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal import LEASE_NAME, Journal, JournalError, Lease, _modified_time, journal_path, read_journal
+from orchestrator.store.journal import (
+    LEASE_NAME,
+    Journal,
+    JournalError,
+    Lease,
+    _modified_time,
+    journal_path,
+    read_journal,
+)
 from tasks.models import CompileConfig, Result, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +120,7 @@ def test_one_writer_at_a_time_and_the_lock_dies_with_its_process(tmp_path):
         [
             sys.executable,
             "-c",
-            "import sys, time; from pathlib import Path; from orchestrator.journal import Journal; "
+            "import sys, time; from pathlib import Path; from orchestrator.store.journal import Journal; "
             f"j = Journal(Path({str(path)!r}), resume=True); print('locked', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

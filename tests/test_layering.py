@@ -48,7 +48,7 @@ def imported_by(*command_lines: list[str]) -> dict[str, bool]:
 def test_tasks_and_spec_loading_do_not_import_ray():
     code = (
         "import sys\n"
-        "import orchestrator.spec, tasks.procedure, tasks.stats, tasks.metadata\n"
+        "import orchestrator.plan.spec, tasks.procedure, tasks.stats, tasks.metadata\n"
         "assert 'ray' not in sys.modules, sorted(m for m in sys.modules if m.startswith('ray'))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -94,9 +94,9 @@ def test_validate_pays_for_torch_only_for_a_name_torch_must_confirm(write_spec):
 def test_the_scheduling_policy_and_its_nodes_need_no_ray():
     code = (
         "import sys\n"
-        "import orchestrator.policy, orchestrator.nodes\n"
+        "import orchestrator.execution.policy, orchestrator.machines.nodes\n"
         "from orchestrator.report.models import Node\n"
-        "assert Node is orchestrator.nodes.Node\n"
+        "assert Node is orchestrator.machines.nodes.Node\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch'))\n"
         "assert not bad, bad\n"
     )

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.nodes import Node
-from orchestrator.policy import MAX_NODE_LOSSES, Dispatch, Run, Scheduler, Shape, Start, runs_of, shape_of
+from orchestrator.execution.policy import MAX_NODE_LOSSES, Dispatch, Run, Scheduler, Shape, Start, runs_of, shape_of
+from orchestrator.machines.nodes import Node
 from tasks.models import Calibration, ErrorInfo, Experiment, Result
 
 CRASH = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")

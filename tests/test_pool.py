@@ -13,9 +13,9 @@ from collections import defaultdict
 
 import pytest
 
-from orchestrator.cluster import describe
-from orchestrator.journal import Journal
-from orchestrator.runner import run_experiments
+from orchestrator.execution.cluster import describe
+from orchestrator.execution.runner import run_experiments
+from orchestrator.store.journal import Journal
 from tasks.models import Experiment, Result
 from tests.fault_targets import StubWorker
 
@@ -115,8 +115,8 @@ def test_ctrl_c_kills_the_workers_and_goes_on(cluster):
 
 def test_exclude_slow_keeps_slow_gpus_out_of_the_sweep_and_the_report_says_so(cluster, tmp_path):
     from orchestrator.api import write
-    from orchestrator.journal import Journal, read_journal
-    from orchestrator.spec import Spec
+    from orchestrator.plan.spec import Spec
+    from orchestrator.store.journal import Journal, read_journal
     from tests.fault_targets import SLOW_GPU, CalibratedStub
 
     experiments = [stub(i, ms=50) for i in range(12)]
@@ -143,7 +143,7 @@ def test_exclude_slow_keeps_slow_gpus_out_of_the_sweep_and_the_report_says_so(cl
 
 
 def test_calibrate_alone_runs_everywhere_and_flags_the_results_of_slow_gpus(cluster):
-    from orchestrator.calibration import calibrated
+    from orchestrator.machines.calibration import calibrated
     from tests.fault_targets import SLOW_GPU, CalibratedStub
 
     probes = []

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.plan.spec import SpecError, load_spec
 from tasks.dynamo_watch import Snapshot
 from tasks.models import CompileConfig, Experiment, ReplayConfig, ShapeTiming
 from tasks.procedure import run_experiment

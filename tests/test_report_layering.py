@@ -89,7 +89,7 @@ def test_the_html_page_was_written_without_torch(reports):
 def test_importing_the_report_package_loads_no_ray_or_torch():
     code = (
         "import sys\n"
-        "import orchestrator.report, orchestrator.report.compare, orchestrator.report.html, orchestrator.schema\n"
+        "import orchestrator.report, orchestrator.report.compare, orchestrator.report.html, orchestrator.plan.schema\n"
         "import orchestrator.report.progress\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch'))\n"
         "assert not bad, bad\n"

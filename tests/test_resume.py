@@ -21,9 +21,9 @@ from typer.testing import CliRunner
 from orchestrator import api
 from orchestrator.api import RunInterrupted
 from orchestrator.cli import app
-from orchestrator.journal import journal_path, read_journal
+from orchestrator.plan.spec import load_spec
 from orchestrator.report import Report
-from orchestrator.spec import load_spec
+from orchestrator.store.journal import journal_path, read_journal
 from tasks.models import Result
 
 ROOT = Path(__file__).resolve().parents[1]

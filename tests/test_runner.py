@@ -8,8 +8,8 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
-from orchestrator.journal import Journal
-from orchestrator.runner import run_experiments
+from orchestrator.execution.runner import run_experiments
+from orchestrator.store.journal import Journal
 from tasks.models import Experiment, Result
 
 from .conftest import RAY_CPUS, RAY_GPUS

@@ -11,8 +11,8 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrator.cli import app
-from orchestrator.schema import spec_schema
-from orchestrator.spec import SpecFile
+from orchestrator.plan.schema import spec_schema
+from orchestrator.plan.spec import SpecFile
 from tasks.models import CheckConfig, CompileConfig, Experiment, Resources, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """compile.cache: shared: a cold start that first loads the artifacts stored for its key under the run's
---compile-cache, and stores what it compiled there (``tasks.shared_cache``, ``orchestrator.compile_cache``).
+--compile-cache, and stores what it compiled there (``tasks.shared_cache``, ``orchestrator.plan.compile_cache``).
 
 The worker-level runs go through ``tasks.worker.run_in_fresh_process``, the path a worker takes for a
 shared experiment: a fresh process with an empty local cache directory.
@@ -193,8 +193,8 @@ def test_blobs_are_written_whole_to_a_directory_or_through_fsspec(tmp_path):
 
 def test_the_scheduler_counts_a_shared_experiment_as_run_in_a_fresh_process():
     """Like a cold one: it adds nothing to what its worker ran in its own process, and ran after nothing."""
-    from orchestrator.nodes import Node
-    from orchestrator.policy import Scheduler
+    from orchestrator.execution.policy import Scheduler
+    from orchestrator.machines.nodes import Node
 
     crash = ErrorInfo(type="ray.exceptions.ActorDiedError", message="The actor died unexpectedly")
     shared = Experiment(target="seed.foo", seed=1, compile={"cache": "shared"}, retries=0)
@@ -273,7 +273,7 @@ def test_the_library_checks_the_compile_cache_before_connecting(write_spec, tmp_
 
 
 def test_a_relative_directory_is_given_to_the_workers_absolute(tmp_path, monkeypatch):
-    from orchestrator.compile_cache import check_compile_cache
+    from orchestrator.plan.compile_cache import check_compile_cache
 
     monkeypatch.chdir(tmp_path)
     exp = Experiment.model_validate(EXPERIMENT)
@@ -344,7 +344,7 @@ def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 def test_blobs_and_the_check_against_a_real_s3_api(s3_env):
     import fsspec
 
-    from orchestrator.compile_cache import CompileCacheError, check_compile_cache
+    from orchestrator.plan.compile_cache import CompileCacheError, check_compile_cache
 
     fs = fsspec.filesystem("s3", skip_instance_cache=True)
     fs.mkdir("compile-cache-bucket")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec import SpecError, load_spec
+from orchestrator.plan.spec import SpecError, load_spec
 from tasks.models import CompileConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -347,7 +347,7 @@ def test_the_names_validated_without_torch_are_torchs_own():
     import torch._dynamo
     import torch._inductor
 
-    from orchestrator.spec import SHIPPED_BACKENDS, SHIPPED_MODES
+    from orchestrator.plan.spec import SHIPPED_BACKENDS, SHIPPED_MODES
 
     assert set(SHIPPED_BACKENDS) <= set(torch._dynamo.list_backends(exclude_tags=()))
     assert set(SHIPPED_MODES) <= set(torch._inductor.list_mode_options())

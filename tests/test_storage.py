@@ -21,10 +21,18 @@ from typer.testing import CliRunner
 
 from orchestrator import api
 from orchestrator.cli import app
-from orchestrator.journal import LEASE_NAME, LEASE_STALE_S, Journal, JournalError, Lease, journal_path, read_journal
+from orchestrator.plan.spec import load_spec
 from orchestrator.report import read, write_report
-from orchestrator.spec import load_spec
-from orchestrator.storage import location
+from orchestrator.store.journal import (
+    LEASE_NAME,
+    LEASE_STALE_S,
+    Journal,
+    JournalError,
+    Lease,
+    journal_path,
+    read_journal,
+)
+from orchestrator.store.storage import location
 from tests.report_data import make_report, make_result
 from tests.test_resume import ROOT, gated_sweep, start
 

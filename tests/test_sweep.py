@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.spec import load_spec
-from orchestrator.sweep import deep_merge, expand, split_path
+from orchestrator.plan.spec import load_spec
+from orchestrator.plan.sweep import deep_merge, expand, split_path
 from tasks.models import CompileConfig, Experiment
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,14 +17,14 @@ import pytest
 import torch
 
 from orchestrator import api
-from orchestrator.journal import Journal, journal_path, read_journal
-from orchestrator.pool import Pool
+from orchestrator.execution.pool import Pool
+from orchestrator.execution.runner import run_experiments
 from orchestrator.report import read
 from orchestrator.report.compile_phases import PHASES, explain, explanation, phase_seconds
 from orchestrator.report.html import render_html
-from orchestrator.runner import run_experiments
-from orchestrator.storage import StorageError, read_bytes, write_bytes
-from orchestrator.traces import clear_traces, store_trace, tlparse_program, traces_folder
+from orchestrator.store.journal import Journal, journal_path, read_journal
+from orchestrator.store.storage import StorageError, read_bytes, write_bytes
+from orchestrator.store.traces import clear_traces, store_trace, tlparse_program, traces_folder
 from tasks.models import Experiment, TraceInfo
 from tasks.procedure import run_experiment
 from tasks.tracing import CompileTrace, pack, recording, unpack
@@ -316,7 +316,7 @@ def test_a_slow_tlparse_holds_up_no_dispatch_and_the_report_links_every_page(ray
         return True, None
 
     monkeypatch.setattr(Pool, "submit", watch)
-    monkeypatch.setattr("orchestrator.traces.render", slow_tlparse)
+    monkeypatch.setattr("orchestrator.store.traces.render", slow_tlparse)
     out, seen = tmp_path / "r.json", []
     with Journal(journal_path(out)) as journal:
         results = run_experiments(

@@ -2,7 +2,7 @@
 
 An MkDocs hook (``hooks:`` in ``mkdocs.yml``). A page holding a marker line gets, in its place:
 
-- ``<!-- reference: spec -->``: every field of a spec file, from ``orchestrator.schema.spec_schema()``
+- ``<!-- reference: spec -->``: every field of a spec file, from ``orchestrator.plan.schema.spec_schema()``
   (the pydantic models' JSON Schema): the top level, an experiment entry, each nested model under
   its dotted path, ``defaults`` and every path ``sweep`` accepts; type, default, allowed values and
   description of each.
@@ -50,7 +50,7 @@ def spec_reference(schema: dict[str, Any] | None = None) -> str:
     listed by name) and ``sweep`` (every dotted path it accepts, from the schema's own list).
     """
     if schema is None:
-        from orchestrator.schema import spec_schema
+        from orchestrator.plan.schema import spec_schema
 
         schema = spec_schema()
     defs: dict[str, Any] = schema.get("$defs", {})

@@ -31,8 +31,8 @@ from orchestrator.report.io import ReportError, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.render import Rows, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
-from orchestrator.storage import Location, StorageError, join, location, parent
-from orchestrator.storage import glob as glob_objects
+from orchestrator.store.storage import Location, StorageError, join, location, parent
+from orchestrator.store.storage import glob as glob_objects
 from tasks.models import Phase, Precision, Result
 
 Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm", "compile_s_shared"]
@@ -126,7 +126,7 @@ def report_paths(patterns: Sequence[str]) -> list[Location]:
     """The files that ``patterns`` name, each once: a file as given, a directory's ``*.json`` files (not
     its journals), a glob's matches (directories among them expanded alike). Raises ``ReportError`` for a
     pattern that matches no report. A URL is read from its store alike: ``s3://bucket/nightly/*.json``,
-    ``s3://bucket/nightly`` (``orchestrator.storage``)."""
+    ``s3://bucket/nightly`` (``orchestrator.store.storage``)."""
     paths: dict[Location, Location] = {}  # the file itself -> the first name it was found by
     for pattern in patterns:
         if isinstance(location(pattern), str):  # a URL: the objects of a store, each known by its URL

@@ -1,6 +1,6 @@
 """Writing reports atomically and reading them back: any schema version, or the journal of a run that died.
 
-Every function takes a local path or the URL of an object in a store (``orchestrator.storage``):
+Every function takes a local path or the URL of an object in a store (``orchestrator.store.storage``):
 ``s3://bucket/nightly/r.json`` is written in one PUT and read as a file is.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from orchestrator.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.summary import summarize
-from orchestrator.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
+from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
+from orchestrator.store.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
 from tasks.models import Result
 
 
@@ -110,7 +110,7 @@ def _first_error(e: ValidationError, prefix: tuple[object, ...]) -> str:
 def load_journal(path: str | Path) -> Report:
     """The report of a run from its journal, e.g. one that died: results as they arrived, summary rebuilt.
 
-    The journal is read as a resumed run reads it (``orchestrator.journal.read_journal``: the first
+    The journal is read as a resumed run reads it (``orchestrator.store.journal.read_journal``: the first
     result of each experiment, lines cut short skipped with a warning). The report is marked
     incomplete: a journal alone cannot tell whether every experiment of the spec finished. A journal
     in a store that holds no result (or does not exist: a store has no empty folders) is an error.

@@ -9,21 +9,11 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, Field
 
-from orchestrator.nodes import Node as Node  # the scheduler's too; listed in a report's environment
-from tasks.models import Calibration, Phase, Precision, ReplayConfig, Result
+from orchestrator.machines.nodes import Environment as Environment  # the execution side builds it; a report holds it
+from orchestrator.machines.nodes import Node as Node  # the scheduler's too; listed in a report's environment
+from tasks.models import Phase, Precision, ReplayConfig, Result
 
 SCHEMA_VERSION: Final = 2  # 2: summary by group and device model, pass rates; version 1 reports are upgraded on load
-
-
-class Environment(BaseModel):
-    python: str
-    torch: str
-    ray: str
-    platform: str
-    cluster_address: str | None = None
-    nodes: list[Node] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)  # e.g. nodes that disagree on torch or Triton versions
-    calibration: list[Calibration] = Field(default_factory=list)  # one entry per calibrated worker's device
 
 
 class Ranked(BaseModel):

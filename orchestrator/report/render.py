@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.calibration import SLOW_THRESHOLD
+from orchestrator.machines.calibration import SLOW_THRESHOLD
 from orchestrator.report.models import (
     ConfigDecision,
     Decision,

@@ -25,7 +25,7 @@ GPU_MODELS_DESCRIPTION = (
     "cluster: one experiment per model."
 )
 
-# The top level of a spec file (orchestrator.spec.SpecFile), with the help an editor shows.
+# The top level of a spec file (orchestrator.plan.spec.SpecFile), with the help an editor shows.
 TOP_LEVEL: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "description": "The sweep's name: the report's title."},
     "description": {"type": ["string", "null"], "description": "What the sweep is for; free text."},

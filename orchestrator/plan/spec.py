@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.sweep import check_path, deep_merge, expand
+from orchestrator.plan.sweep import check_path, deep_merge, expand
 from tasks.models import Experiment
 from tasks.targets import TargetError, check_params, params_of, resolve
 

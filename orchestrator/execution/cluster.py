@@ -17,7 +17,7 @@ import ray
 from pydantic import BaseModel
 from ray._private import ray_constants, services
 
-from orchestrator.report.models import Environment, Node
+from orchestrator.machines.nodes import Environment, Node
 from tasks.models import Result
 
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model

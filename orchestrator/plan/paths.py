@@ -2,7 +2,7 @@
 
 A run writes its journal next to the report as results arrive and the report itself at the
 end; a location that cannot take them must stop the run before Ray starts, not after the
-sweep. A location is a local path or the URL of an object in a store (``orchestrator.storage``):
+sweep. A location is a local path or the URL of an object in a store (``orchestrator.store.storage``):
 a local folder must take a new file, a store a probe object, written and deleted at once.
 """
 
@@ -12,7 +12,16 @@ import os
 import tempfile
 from pathlib import Path
 
-from orchestrator.storage import Location, StorageError, join, location, open_location, parent, probe_writable, problem
+from orchestrator.store.storage import (
+    Location,
+    StorageError,
+    join,
+    location,
+    open_location,
+    parent,
+    probe_writable,
+    problem,
+)
 
 
 class OutPathError(ValueError):
@@ -71,7 +80,7 @@ def _url_problem(url: str, option: str) -> str | None:
 
 
 def check_out(out: str | Path) -> Location:
-    """``out`` as a location (``orchestrator.storage.location``), or ``OutPathError`` saying why the
+    """``out`` as a location (``orchestrator.store.storage.location``), or ``OutPathError`` saying why the
     report cannot be written there."""
     why = out_problem(out)
     if why:

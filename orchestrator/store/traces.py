@@ -4,7 +4,7 @@ A worker sends the structured trace of a traced experiment (``trace: true``; ``t
 packed in its result (``TraceInfo.archive``). As each result arrives, before it enters the
 journal, the driver unpacks it into ``REPORT.traces/<experiment id>-r<replicate>/`` beside the
 report, a local folder or the same prefix in the report's object store
-(``orchestrator.storage``), and keeps in the result where the files are, relative to the
+(``orchestrator.store.storage``), and keeps in the result where the files are, relative to the
 report's folder, instead of the bytes. Where the ``tlparse`` program is installed (the
 ``trace`` extra: ``pip install 'compilebench[trace]'``), the driver also renders the log with
 ``tlparse LOG -o DIR --no-browser`` into ``tlparse/`` in the same folder (``tlparse/index.html``
@@ -30,7 +30,16 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from orchestrator.storage import Location, StorageError, join, name_of, open_location, parent, problem, write_bytes
+from orchestrator.store.storage import (
+    Location,
+    StorageError,
+    join,
+    name_of,
+    open_location,
+    parent,
+    problem,
+    write_bytes,
+)
 from tasks.models import Result, TraceInfo
 from tasks.tracing import unpack
 

@@ -1,5 +1,5 @@
-"""Running a sweep: the queue and policy (``orchestrator.policy``) over a pool of long-lived Ray
-workers (``orchestrator.pool``), results collected as they finish.
+"""Running a sweep: the queue and policy (``orchestrator.execution.policy``) over a pool of long-lived Ray
+workers (``orchestrator.execution.pool``), results collected as they finish.
 
 The loop: look at the cluster's nodes (every ``NODE_POLL_S``: nodes join and leave), ask the
 policy for a plan and carry it out (retire and start workers, dispatch experiments, record
@@ -7,7 +7,7 @@ results that need no worker), wait for what comes back until the next deadline, 
 policy, record every final result once (journal first, then ``on_result``), kill the workers
 whose experiment passed its deadline, the workers not started by theirs, and the workers that
 asked to retire with their result. A traced result's trace is stored and rendered off the loop
-(``orchestrator.traces.TraceStore``); the result is recorded once it is, results still in the
+(``orchestrator.store.traces.TraceStore``); the result is recorded once it is, results still in the
 order they arrived. On a local instance (``pending_timeout_s=0``) an experiment no node can
 hold is recorded at once; against a cluster that scales, the policy waits for a node that fits
 and the autoscaler is asked for the capacity still wanted.
@@ -20,12 +20,12 @@ from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
-from orchestrator.cluster import ClusterInfo
-from orchestrator.journal import Journal, RunKey, run_key
-from orchestrator.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
-from orchestrator.pool import Died, Executor, Finished, Pool, Ready
-from orchestrator.storage import Location
-from orchestrator.traces import TraceStore
+from orchestrator.execution.cluster import ClusterInfo
+from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
+from orchestrator.execution.pool import Died, Executor, Finished, Pool, Ready
+from orchestrator.store.journal import Journal, RunKey, run_key
+from orchestrator.store.storage import Location
+from orchestrator.store.traces import TraceStore
 from tasks.models import Calibration, ErrorInfo, Experiment, Result, WorkerLimits
 
 OnResult = Callable[[Result], None]
@@ -51,26 +51,26 @@ def run_experiments(
     """Run every experiment on long-lived workers; results in the order of the runs, each recorded once.
 
     An ``Experiment`` stands for all its runs (``replicates``), a ``Run`` for itself
-    (``orchestrator.policy.runs_of``: every experiment's run 0 first, then each run 1, ...).
+    (``orchestrator.execution.policy.runs_of``: every experiment's run 0 first, then each run 1, ...).
     ``report``: where the report will be written; a traced result's trace is stored beside it
     (tlparse's page included) on a thread beside the scheduling loop, and the result journaled
-    once it is, after every result that arrived before it (``orchestrator.traces.TraceStore``):
+    once it is, after every result that arrived before it (``orchestrator.store.traces.TraceStore``):
     a slow tlparse holds up no dispatch. Every result is journaled before this returns, or
     raises KeyboardInterrupt.
 
-    ``cluster`` is the cluster joined (``orchestrator.cluster.connect``); its nodes are the
+    ``cluster`` is the cluster joined (``orchestrator.execution.cluster.connect``); its nodes are the
     first view of it, listed again as the sweep runs. ``pending_timeout_s`` is how long an
     experiment that no node can hold waits for one to join before it is recorded
     ``unschedulable`` (0: at once). ``start_timeout_s`` is how long a worker may take to be
-    placed and started before it counts as a failed start (``orchestrator.policy``).
+    placed and started before it counts as a failed start (``orchestrator.execution.policy``).
     ``worker_limits`` are the run's limits for recycling workers (an experiment's own
     ``worker`` limits win). ``calibrate``: every worker probes its device before its first
     experiment (``tasks.calibration``), each probe passed to ``on_calibration`` as it arrives;
     ``exclude_slow`` (implies ``calibrate``): workers on a device slow for its model run nothing
-    (``orchestrator.policy``). ``compile_cache``: the run's shared compile cache (a directory or
-    URL, ``orchestrator.compile_cache``), given to every worker for ``compile.cache: shared``
+    (``orchestrator.execution.policy``). ``compile_cache``: the run's shared compile cache (a directory or
+    URL, ``orchestrator.plan.compile_cache``), given to every worker for ``compile.cache: shared``
     experiments. ``executor`` replaces what the workers run (tests of the
-    scheduler; see ``orchestrator.pool.Executor``). On KeyboardInterrupt the workers are killed
+    scheduler; see ``orchestrator.execution.pool.Executor``). On KeyboardInterrupt the workers are killed
     and the interrupt goes on; what was recorded before it stays recorded.
     """
     runs = runs_of(experiments)

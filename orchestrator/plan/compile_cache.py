@@ -3,7 +3,7 @@
 Experiments with ``compile.cache: shared`` load the compile artifacts stored for their key under
 LOCATION and store what they produce there (``tasks.shared_cache``), from every node of the
 cluster: LOCATION is a directory every node sees (a shared file system) or an object store's
-URL (``s3://bucket/compile-cache``; ``orchestrator.storage``). A run that needs one and has
+URL (``s3://bucket/compile-cache``; ``orchestrator.store.storage``). A run that needs one and has
 none, or one it cannot write, must stop before Ray starts, with one line saying why.
 """
 
@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from orchestrator.storage import StorageError, location, probe_writable
+from orchestrator.store.storage import StorageError, location, probe_writable
 from tasks.models import Experiment
 
 

@@ -19,7 +19,7 @@ capacity). Tests drive it with made-up nodes and events.
   its own process. A worker left idle with only runs of experiments it has run is retired, and a
   fresh worker (a new process on the same GPU) takes its place and its queue.
 - **Calibration.** A worker started with ``calibrate`` reports its device's probe when ready. With
-  ``exclude_slow``, a worker whose device is slow for its model (``orchestrator.calibration``: more
+  ``exclude_slow``, a worker whose device is slow for its model (``orchestrator.machines.calibration``: more
   than 5% below the median of the model's other devices on a figure, judged again as each worker
   reports in) runs nothing more: it stays idle and keeps its GPU, so that no new worker lands on
   that device, and the others run its queue. No worker runs anything while workers of its device
@@ -58,8 +58,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from orchestrator.calibration import slow_reasons
-from orchestrator.nodes import Node
+from orchestrator.machines.calibration import slow_reasons
+from orchestrator.machines.nodes import Node
 from tasks.models import (
     FRESH_PROCESS_CACHES,
     Calibration,

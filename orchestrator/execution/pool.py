@@ -31,9 +31,9 @@ from typing import Any, Protocol
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.cluster import describe
-from orchestrator.nodes import Node
-from orchestrator.policy import Start
+from orchestrator.execution.cluster import describe
+from orchestrator.execution.policy import Start
+from orchestrator.machines.nodes import Node
 from tasks.models import Calibration, ErrorInfo, WorkerLimits
 from tasks.worker import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
 

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from pydantic import ValidationError
 
-from orchestrator.storage import Location, StorageError, join, location, name_of, open_location, parent, problem
+from orchestrator.store.storage import Location, StorageError, join, location, name_of, open_location, parent, problem
 from tasks.models import Result
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def journal_path(report: str) -> str: ...
 def journal_path(report: Location) -> Location:
     """Beside the report: ``out/r.json`` → ``out/r.journal.jsonl``; ``s3://b/run/r.json`` → ``s3://b/run/r.journal``.
 
-    A ``str`` is a URL (``orchestrator.storage.location`` turns local strings into paths).
+    A ``str`` is a URL (``orchestrator.store.storage.location`` turns local strings into paths).
     """
     if isinstance(report, Path):
         return report.with_name(report.stem + JOURNAL_SUFFIX)

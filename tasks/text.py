@@ -1,0 +1,39 @@
+"""One-line messages, for both sides: the first line of a text or an exception, and pydantic's first error
+as ``field.path: problem``. A report cell, a failure note and a CLI error all read one line.
+
+Nothing here imports torch or Ray; ``tasks/`` imports nothing of ``orchestrator/``, so the driver uses
+these too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+
+def first_line(text: str, fallback: str = "", limit: int | None = None) -> str:
+    """The first line of ``text`` stripped, ``fallback`` when there is none, cut to ``limit`` characters
+    (the last one an ellipsis) when given."""
+    stripped = text.strip()
+    line = stripped.splitlines()[0] if stripped else fallback
+    if limit is not None and len(line) > limit:
+        return line[: limit - 1] + "…"
+    return line
+
+
+def error_line(e: BaseException, fallback: str | None = None, with_type: bool = False) -> str:
+    """The first line of an exception's message. Without a message: ``fallback``, or the exception's type
+    name. ``with_type``: ``"ValueError: bad shape"``."""
+    line = first_line(str(e))
+    if not line:
+        return fallback if fallback is not None else type(e).__name__
+    return f"{type(e).__name__}: {line}" if with_type else line
+
+
+def validation_line(e: ValidationError, prefix: Sequence[object] = ()) -> str:
+    """pydantic's first error as ``a.b.0: message`` (``prefix`` before its location), or the message alone
+    where it has no location."""
+    err = e.errors()[0]
+    where = ".".join(str(p) for p in (*prefix, *err["loc"]))
+    return f"{where}: {err['msg']}" if where else err["msg"]

@@ -13,8 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = ROOT / "tests" / "data" / "seed-v1.json"
 
@@ -72,11 +70,12 @@ def test_reading_a_report_imports_neither_torch_nor_ray():
     from orchestrator.cli import app
 
     names = {c.name or c.callback.__name__ for c in app.registered_commands}
-    if "report" not in names:
-        pytest.skip("no report command")
-    lines = [["report", str(REPORT)], ["report", str(REPORT), "--format", "markdown"]]
-    if "compare" in names:
-        lines.append(["compare", str(REPORT), str(REPORT)])
+    assert {"report", "compare"} <= names, "a command this test checks is gone"
+    lines = [
+        ["report", str(REPORT)],
+        ["report", str(REPORT), "--format", "markdown"],
+        ["compare", str(REPORT), str(REPORT)],
+    ]
     assert imported_by(*lines) == {"torch": False, "ray": False}
 
 
@@ -171,3 +170,57 @@ def test_the_worker_side_reads_like_its_flow():
     assert {f"tasks.{s}" for s in steps | {"check.step", "models"}} <= set(graph)
     assert graph["tasks.models"] == set()
     assert "tasks.procedure" not in graph["tasks.sides"] | graph["tasks.compiling"]
+
+
+# ------------------------------------------------------------------ the driver's floors (docs/layout.md)
+
+# What each stage of the driver may import of ``orchestrator`` (besides itself; ``tasks`` is open to all):
+# the path a spec takes, read from the bottom up. The entry points (api, cli) may import every stage.
+DRIVER_FLOORS: dict[str, set[str]] = {
+    "machines": set(),  # nodes, the environment, calibration: plain data both sides share
+    "store": set(),  # locations, the journal, traces: the lowest floor
+    "plan": {"store", "machines"},  # checked before anything runs
+    "execution": {"plan", "store", "machines"},  # on the cluster; never the report
+    "report": {"plan", "store", "machines"},  # reads what was kept; never the execution side
+}
+ENTRY_POINTS = {"orchestrator", "orchestrator.__main__", "orchestrator.api", "orchestrator.cli"}
+
+
+def _stage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "orchestrator" and parts[1] in DRIVER_FLOORS else None
+
+
+def floor_crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Every driver module outside the stages and entry points, and every import that runs to a stage
+    its own may not import, as ``module -> imported``."""
+    loose = [f"{m}: outside the stages" for m in graph if _stage(m) is None and m not in ENTRY_POINTS]
+    arrows = [
+        f"{m} -> {d}"
+        for m, deps in graph.items()
+        if (stage := _stage(m)) is not None
+        for d in deps
+        if d.startswith("orchestrator") and (other := _stage(d)) != stage and other not in DRIVER_FLOORS[stage]
+    ]
+    return sorted(loose + arrows)
+
+
+def test_the_driver_is_grouped_by_its_flow():
+    """Every driver module is an entry point or lives in one stage's folder, and each stage imports only the
+    stages below it: no arrow from the execution side into the report, none from the report into execution."""
+    assert floor_crossings(import_graph("orchestrator")) == []
+
+
+def test_the_floor_check_finds_crossings_and_loose_modules():
+    graph = {
+        "orchestrator.cli": {"orchestrator.report.render", "orchestrator.execution.runner"},
+        "orchestrator.execution.runner": {"orchestrator.report.models", "orchestrator.store.journal"},
+        "orchestrator.report.models": {"orchestrator.machines.nodes", "orchestrator.api"},
+        "orchestrator.store.journal": set(),
+        "orchestrator.helpers": set(),
+    }
+    assert floor_crossings(graph) == [
+        "orchestrator.execution.runner -> orchestrator.report.models",
+        "orchestrator.helpers: outside the stages",
+        "orchestrator.report.models -> orchestrator.api",
+    ]

@@ -7,7 +7,7 @@ Each series is ``--length`` points (one a report) of lognormal noise of the give
 variation, with outliers: each point, with probability 2%, is moved by 10-50% up or down (a noisy
 neighbour, one throttled night). A step series has a 5% step, up or down, at a random position that
 leaves at least 5 points either side; a flat series has none. Every series goes through
-``orchestrator.report.history.change_points`` with its defaults (or ``--alpha``, ``--min-segment``,
+``orchestrator.report.changepoints.change_points`` with its defaults (or ``--alpha``, ``--min-segment``,
 ``--permutations``, ``--penalty``).
 
 - caught: a change is reported at the step or within 3 points after it (index s .. s + 3);
@@ -31,7 +31,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from orchestrator.report.history import ALPHA, MIN_SEGMENT, PENALTY, PERMUTATIONS, change_points, clean, split_gains
+from orchestrator.report.changepoints import (
+    ALPHA,
+    MIN_SEGMENT,
+    PENALTY,
+    PERMUTATIONS,
+    change_points,
+    clean,
+    split_gains,
+)
 
 STEP = 0.05  # the change to catch: 5%, up or down
 MARGIN = 5  # fewest points either side of the step
@@ -71,7 +79,7 @@ def series(rng: np.random.Generator, length: int, cv: float, step_at: int | None
 
 def split_alone(values: np.ndarray, min_segment: int) -> int:
     """Where ``change_points`` would place a single step, without its test: the least-squares split of the
-    cleaned log series (``orchestrator.report.history.clean``), leaving ``min_segment`` points either side."""
+    cleaned log series (``orchestrator.report.changepoints.clean``), leaving ``min_segment`` points either side."""
     gains = split_gains(clean(np.log(values))[None, :], min_segment)[0]
     return int(np.argmax(gains)) + min_segment
 

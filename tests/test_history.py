@@ -15,19 +15,16 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.report import Report, write_report
-from orchestrator.report.history import (
+from orchestrator.report.changepoints import (
     ALPHA,
     MIN_SEGMENT,
     PERMUTATIONS,
-    History,
-    build_history,
     change_points,
-    history_of,
-    markdown,
     permutation_p,
     shortest_testable,
     split_gains,
 )
+from orchestrator.report.history import History, build_history, history_of, markdown
 from orchestrator.report.history_html import render_history_html
 from tasks.models import Result
 from tests.report_data import make_report, make_result

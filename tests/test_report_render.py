@@ -12,17 +12,10 @@ from typer.testing import CliRunner
 
 from orchestrator.cli import app
 from orchestrator.report import csv_text, markdown, print_report, results_table, write_report
+from orchestrator.report.cells import interval
 from orchestrator.report.progress import RunProgress, TimeLeftColumn
-from orchestrator.report.render import (
-    CSV_COLUMNS,
-    device_rows,
-    groups_rows,
-    headline,
-    interval,
-    results_rows,
-    ship_rows,
-    views,
-)
+from orchestrator.report.render import CSV_COLUMNS
+from orchestrator.report.views import device_rows, groups_rows, headline, results_rows, ship_rows, views
 from tasks.models import WorkInfo
 from tests.report_data import (
     calibrated_report,
@@ -282,7 +275,7 @@ def test_report_command_prints_the_between_run_interval(tmp_path):
 
 
 def test_every_replicated_configuration_shows_its_between_run_interval_ranked_first_or_not():
-    from orchestrator.report.render import replicates_rows
+    from orchestrator.report.views import replicates_rows
 
     from .report_data import make_report, make_result, replicated_report
 

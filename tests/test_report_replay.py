@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.report import read, write_report
-from orchestrator.report.render import markdown_table
+from orchestrator.report.cells import markdown_table
 from orchestrator.report.replay import replay_rows, traffic_groups, verdict
 from orchestrator.report.summary import summarize
 from tasks.models import CompileConfig, ReplayResult, ShapeTiming

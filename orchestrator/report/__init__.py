@@ -1,12 +1,18 @@
-"""The report side: data models (no Ray), summary statistics, rendering, comparison, reading and writing.
+"""The report side: data models (no Ray), summary statistics, views and their formats, comparison, history,
+reading and writing.
 
 Importable without Ray, torch or a GPU: ``compilebench report`` and ``compare`` read reports anywhere.
+Imports run one way: each module imports only modules listed before it.
 
 - ``models``: the versioned report envelope and its summary;
-- ``summary``: statistics derived from the results;
-- ``render``: terminal tables, Markdown, CSV; ``html``: one self-contained page with charts;
-- ``compare``: two reports, experiment by experiment, as a regression gate;
-- ``io``: atomic writes, reading any schema version or a run's journal.
+- ``cells``: numbers rounded for people, ``Rows`` of text cells, and their rich and Markdown tables;
+- ``decision``, then ``summary``: what to ship per group; statistics derived from the results;
+- ``io``: atomic writes, reading any schema version or a run's journal;
+- ``replay``, then ``views``: each table a reader sees, as ``Rows``, in reading order;
+- ``render``: the terminal, Markdown, CSV; ``page``, ``charts``, then ``html``: one self-contained page;
+- ``compile_phases``, then ``compare``: two reports, experiment by experiment, as a regression gate;
+- ``changepoints``, ``history``, then ``history_html``: series across reports and where they changed;
+- ``progress``: the live line of a running sweep.
 """
 
 from __future__ import annotations

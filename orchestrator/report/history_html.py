@@ -1,7 +1,7 @@
 """One self-contained HTML page for a history: every series over time, its change points marked.
 
-plotly.js is inlined once in the page's head, as the report's page does (``orchestrator.report.html``,
-whose styles and helpers this page shares); each series is one plotly chart.
+Built from the parts every page shares (``page``: styles, the table, the document with plotly.js inlined
+once in its head); each series is one plotly chart. Imports the history and the page's parts.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
 from orchestrator.report.history import History, Series, change_text, headline, rows, value_text
-from orchestrator.report.html import COLORS, CSS, _e, _figure_html, _table
+from orchestrator.report.page import COLORS, document, escape, figure_html, table_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -31,13 +31,11 @@ MIN_Y_PAD: Final = 0.02  # the y axis spans at least 2% of a series' largest val
 
 def render_history_html(history: History, reports: int) -> str:
     """The page as one string: the headline, the changes table, then one chart per series."""
-    from plotly.offline import get_plotlyjs
-
     view = rows(history)
-    body = ["<h1>compilebench history</h1>", f'<p class="meta">{_e(headline(history, reports))}</p>']
-    body.append(_table(view) if view.rows else "<p>No change in any series.</p>")
+    body = ["<h1>compilebench history</h1>", f'<p class="meta">{escape(headline(history, reports))}</p>']
+    body.append(table_html(view) if view.rows else "<p>No change in any series.</p>")
     if not view.rows:
-        body += [f'<p class="meta">{_e(note)}</p>' for note in view.notes]  # the table lists them under it
+        body += [f'<p class="meta">{escape(note)}</p>' for note in view.notes]  # the table lists them under it
     body.append("<h2>Series</h2>")
     body.append(
         '<p class="meta">One point per report, in the order the reports were created (UTC): the median of its '
@@ -45,18 +43,12 @@ def render_history_html(history: History, reports: int) -> str:
         "grey steps are the medians of the segments between them.</p>"
     )
     ordered = sorted(history.series, key=lambda s: not s.changes)  # series that changed first, else as listed
-    body += [_figure_html(series_figure(s), f"chart-series-{i}") for i, s in enumerate(ordered[:MAX_CHARTS])]
+    body += [figure_html(series_figure(s), f"chart-series-{i}") for i, s in enumerate(ordered[:MAX_CHARTS])]
     if len(ordered) > MAX_CHARTS:
         body.append(f'<p class="meta">{len(ordered) - MAX_CHARTS} more series without charts.</p>')
     if not ordered:
         body.append("<p>No series: no report holds a valid result.</p>")
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        "<title>compilebench history</title>"
-        f"<style>{CSS}</style><script>{get_plotlyjs()}</script></head>\n<body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )
+    return document("compilebench history", body)
 
 
 def series_figure(series: Series) -> go.Figure:

@@ -192,6 +192,11 @@ def group_label(target: str, params: dict[str, Any], phase: str = "inference", p
     return " ".join(parts)
 
 
+def result_group(r: Result) -> str:
+    """The label of the group a result belongs to (``group_label`` of its target, params, phase, precision)."""
+    return group_label(r.target, r.params, r.phase, r.precision)
+
+
 def traffic_label(traffic: ReplayConfig | None) -> str | None:
     """``seq: 8 values, 1,000 calls``: the shape traffic a replay served, or None for no replay."""
     if traffic is None:

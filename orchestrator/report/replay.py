@@ -6,8 +6,10 @@ Its first-pass speedup, eager's total over the compiled total (every compile inc
 the two within one run, so that load that differs between runs does not decide. Results that
 replayed the same traffic (the same target, params, seed, values, weights and number of calls, on
 the same device model) differ only in their compile policy: ``verdict`` names the one with the
-highest first-pass speedup, or eager when none is above 1. Numbers are rounded here and only
-here, as ``render`` rounds its own.
+highest first-pass speedup, or eager when none is above 1. Numbers are rounded by the cells
+(``cells``), as every view's are. A view like the others (``views`` lists it in reading order), with
+the charts of the HTML page reading its traffic groups; it imports only the cells, the models and
+the summary.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from orchestrator.report.models import group_label
-from orchestrator.report.render import Rows, interval, seconds, times
+from orchestrator.report.cells import Rows, interval, seconds, times
+from orchestrator.report.models import result_group
 from orchestrator.report.summary import device_model
 from tasks.models import ReplayResult, Result
 
@@ -36,7 +38,7 @@ def replay_rows(results: Sequence[Result]) -> Rows:
     for r, rp in replayed(results):
         rows.append(
             [
-                group_label(r.target, r.params, r.phase, r.precision),
+                result_group(r),
                 r.config_label,
                 f"{rp.calls:,}",
                 seconds(rp.total_ms.get("eager", 0.0) / 1e3),
@@ -87,7 +89,7 @@ def verdicts(results: Sequence[Result]) -> list[str]:
         first, traffic = group[0]
         ratios = {r.config_label: (first_pass_speedup(rp) or 0.0, rp) for r, rp in group if r.status == "ok"}
         ranked = sorted(ratios, key=lambda name: ratios[name][0], reverse=True)
-        label = f"{group_label(first.target, first.params, first.phase, first.precision)}, {traffic.calls:,} calls"
+        label = f"{result_group(first)}, {traffic.calls:,} calls"
         if not ranked or ratios[ranked[0]][0] <= 1.0:
             others = ", ".join(f"{name} {times(ratios[name][0])}" for name in ranked)
             took = f"every policy took longer ({others})" if ranked else "no policy ran them"

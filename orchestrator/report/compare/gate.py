@@ -1,143 +1,39 @@
-"""Two reports, experiment by experiment: what got faster, slower, newly fails or passes; a regression gate.
+"""The regression gate: two reports' runs matched by experiment, and every change between them judged.
 
-An experiment may have run several times (``replicates``), each run in another worker process. The
-gate judges runs, never the calls inside one run: a run's per-call samples share its process, GPU,
-clocks and compiled code, so thousands of them say nothing about the next run, and a test on them
-(pseudo-replication) gives p ~ 0 for any shift.
-
-- Speed: the speedup by default (``metric="speedup"``: a machine slower on both sides moves no
-  speedup), the compiled median with ``metric="time"``. A side's value is the geometric mean of its
-  ok runs' values. With at least ``MIN_RUNS`` ok runs on both sides, a move is a regression when it
-  is beyond the threshold and Welch's t-test on the runs' log values gives p < alpha; with fewer, by
-  the threshold alone, with no p-value, and the comparison says that run-to-run noise was not measured.
-- A newly failing experiment, or a graph-break count that grew, is always a regression.
-- Experiments of BASE missing from NEW, or a NEW report whose run did not finish, fail the gate
-  unless allowed (``allow_missing``): a gate that passes what it never saw passes anything.
+Speed is judged on the runs (``speed_change``: the geometric means over runs, Welch's t on their logs,
+``tasks.stats.welch_log``), status and graph breaks by what changed, compile latency by its median
+over runs with the phases that explain a move (``compile_phases``), what to ship by the two summaries'
+decisions; what the gate could not judge becomes a warning. Imports the comparison's data
+(``compare.models``), the summary, the compile phases and the cells (for the values a change shows);
+nothing that draws.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
-import numpy as np
-from pydantic import BaseModel, Field
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
+from orchestrator.report.cells import ms, seconds, times
+from orchestrator.report.compare.models import (
+    KIND_TITLES,
+    MIN_RUNS,
+    ONE_RUN,
+    WELCH,
+    Change,
+    Comparison,
+    Kind,
+    Metric,
+    Thresholds,
+)
 from orchestrator.report.compile_phases import explain, explanation
-from orchestrator.report.models import Group, Report, group_label
-from orchestrator.report.render import Rows, first_line, markdown_table, ms, rich_table, seconds, times
+from orchestrator.report.models import Group, Report, result_group
 from orchestrator.report.summary import device_model, summarize
 from tasks.models import Result
-from tasks.stats import geomean
+from tasks.stats import geomean, welch_log
+from tasks.text import first_line
 
-SPEED_THRESHOLD = 0.05  # relative change of the speedup or the compiled median (PyTorch's dashboard: 0.95x)
-COMPILE_THRESHOLD = 0.15  # relative change of compile latency (PyTorch's dashboard alerts at 1.15x)
-ALPHA = 0.05  # two-sided, on the runs (as Google Benchmark's compare.py, which tests repetitions)
-MIN_RUNS = 3  # ok runs a side for a test: with 2, Welch's df can fall to 1 (t_0.975 = 12.7), one run decides
-ONE_RUN = "one run per side: run-to-run noise not measured"
-WELCH = "Welch's t on log per-run values"
 _MISSING = object()
-
-Metric = Literal["speedup", "time"]
-Kind = Literal[
-    "slower",
-    "faster",
-    "new_failure",
-    "new_pass",
-    "status_changed",
-    "breaks_grew",
-    "breaks_fell",
-    "compile_slower",
-    "compile_faster",
-    "recommendation",
-]
-KIND_TITLES: dict[str, str] = {
-    "new_failure": "newly failing",
-    "slower": "slower",
-    "breaks_grew": "more graph breaks",
-    "compile_slower": "compile latency up",
-    "new_pass": "newly passing",
-    "faster": "faster",
-    "breaks_fell": "fewer graph breaks",
-    "compile_faster": "compile latency down",
-    "status_changed": "failing differently",
-    "recommendation": "what to ship changed",
-}
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    speed: float = SPEED_THRESHOLD
-    compile: float = COMPILE_THRESHOLD
-    alpha: float = ALPHA
-    gate_compile: bool = False  # compile latency is one measurement per run: gate on it only when asked
-    metric: Metric = "speedup"  # what the speed gate judges: the speedup, or the compiled median ("time")
-    allow_missing: bool = False  # experiments missing from NEW, or NEW incomplete: warned, not failed
-
-
-@dataclass(frozen=True)
-class WelchTest:
-    """Welch's t-test of two sets of per-run values on the log scale (``welch_log``)."""
-
-    ratio: float  # new's geometric mean / base's
-    p: float  # two-sided
-    df: float  # Welch-Satterthwaite degrees of freedom (inf when both spreads are zero)
-    detectable: float  # the smallest ratio (> 1) the test flags at alpha given these spreads: exp(t_crit * se)
-
-
-class Change(BaseModel):
-    """One thing that moved between the two reports for one experiment."""
-
-    kind: Kind
-    experiment_id: str
-    target: str  # the target with its params, phase and precision
-    config: str
-    device_model: str | None
-    base: str  # the old and new values, as text
-    new: str
-    change: str  # "speedup -10.0% (time +0.2%)", "0 -> 2", ...
-    runs: tuple[int, int]  # runs behind each side (for speed: the ok runs compared)
-    test: str | None = None  # speed: WELCH, or "threshold" (too few runs for a test)
-    p_value: float | None = None  # from the runs only; None when they are too few
-    note: str = ""  # e.g. ONE_RUN
-    phases: str = ""  # compile latency: the phases that account for 80% of the move (compile_phases.explain)
-    regression: bool
-
-
-class Comparison(BaseModel):
-    base: str  # the reports' names and where they came from
-    new: str
-    thresholds: dict[str, bool | int | float | str]
-    matched: int
-    changes: list[Change]
-    warnings: list[str] = Field(default_factory=list)  # environments that differ, untested moves, missing runs...
-    missing: list[str] = Field(default_factory=list)  # experiments of base that new lacks (labels)
-    only_in_new: list[str] = Field(default_factory=list)
-    incomplete: bool = False  # the new report's run did not finish
-    allow_missing: bool = False  # missing experiments and an incomplete new report warn instead of failing
-    runs: dict[str, int] = Field(default_factory=dict)  # "3 vs 3" -> matched experiments with so many runs a side
-
-    @property
-    def regressions(self) -> list[Change]:
-        return [c for c in self.changes if c.regression]
-
-    @property
-    def blocked(self) -> bool:
-        """NEW misses experiments of BASE, or did not finish, and that is not allowed."""
-        return not self.allow_missing and bool(self.missing or self.incomplete)
-
-    @property
-    def fails(self) -> bool:
-        """The gate's verdict: a regression, or (without ``allow_missing``) NEW lacking experiments or unfinished."""
-        return bool(self.regressions) or self.blocked
 
 
 def compare(
@@ -271,30 +167,6 @@ def run_values(runs: Sequence[Result], metric: Metric) -> list[float]:
     return [r.compiled.median_ms for r in runs if r.compiled]
 
 
-def welch_log(base: Sequence[float], new: Sequence[float], alpha: float = ALPHA) -> WelchTest:
-    """Welch's unequal-variance t-test on log values: does new's geometric mean differ from base's?
-
-    Method: x = log(value) for each run; d = mean(x_new) - mean(x_base); se = sqrt(s_b^2/n_b +
-    s_n^2/n_n) with sample variances (ddof 1); df by Welch-Satterthwaite; p = 2 P(T_df > |d|/se).
-    On the log scale a ratio is what is tested (10% slower and 10% faster are the same distance)
-    and run-to-run noise, which is multiplicative, is about symmetric. With 3 runs a side the
-    smallest p is not bounded away from 0 as a rank test's is (Mann-Whitney U: 0.1). Both spreads
-    zero: p is 0 when the means differ, else 1. Needs at least 2 values a side.
-    """
-    from scipy.stats import t as student_t
-
-    xb, xn = np.log(np.asarray(base, dtype=float)), np.log(np.asarray(new, dtype=float))
-    d = float(xn.mean() - xb.mean())
-    vb, vn = float(xb.var(ddof=1)) / len(xb), float(xn.var(ddof=1)) / len(xn)
-    se = math.sqrt(vb + vn)
-    if se == 0:
-        return WelchTest(math.exp(d), 0.0 if d else 1.0, math.inf, 1.0)
-    df = (vb + vn) ** 2 / (vb**2 / (len(xb) - 1) + vn**2 / (len(xn) - 1))
-    p = float(2 * student_t.sf(abs(d) / se, df))
-    detectable = math.exp(float(student_t.ppf(1 - alpha / 2, df)) * se)
-    return WelchTest(math.exp(d), p, df, detectable)
-
-
 def speed_change(b: Sequence[Result], n: Sequence[Result], t: Thresholds) -> list[Change]:
     """Slower or faster on the gated metric, from each side's ok, timed runs.
 
@@ -421,7 +293,7 @@ def _status_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
         return []
     runs = (len(b), len(n))
     failing = next((r for r in n if r.status == n_status), n[0])
-    message = first_line(failing.error.message, 100) if failing.error else ""
+    message = first_line(failing.error.message, limit=100) if failing.error else ""
     if b_status == "ok":
         return [_change("new_failure", failing, b_text, n_text, message, runs, regression=True)]
     if n_status == "ok":
@@ -505,7 +377,7 @@ def _change(
     return Change(
         kind=kind,
         experiment_id=r.experiment_id,
-        target=group_label(r.target, r.params, r.phase, r.precision),
+        target=result_group(r),
         config=r.config_label,
         device_model=device_model(r),
         base=base,
@@ -528,7 +400,7 @@ def _versions(report: Report, key: str) -> list[str]:
 
 
 def _label(r: Result) -> str:
-    return f"{group_label(r.target, r.params, r.phase, r.precision)} [{r.config_label}]"
+    return f"{result_group(r)} [{r.config_label}]"
 
 
 def _few(items: Sequence[str], shown: int = 10) -> str:
@@ -538,107 +410,3 @@ def _few(items: Sequence[str], shown: int = 10) -> str:
 
 def _percent(ratio: float) -> str:
     return f"{(ratio - 1) * 100:+.1f}%"
-
-
-# ------------------------------------------------------------------------------------- rendering
-
-
-def verdict(c: Comparison) -> str:
-    """One line: the regressions, then what NEW lacks (failing the gate unless allowed)."""
-    n = len(c.regressions)
-    judged = f"{n} regression(s)" if n else "no regressions"
-    judged += f" in {c.matched} matched experiment(s)"
-    gaps = [f"{len(c.missing)} experiment(s) of base missing from new"] if c.missing else []
-    gaps += ["the new run did not finish"] if c.incomplete else []
-    lacking = ", ".join(gaps) + (" (allowed)" if c.allow_missing else "")
-    if n:
-        return f"REGRESSION: {judged}" + (f"; {lacking}" if gaps else "")
-    if gaps and c.blocked:
-        return f"INCOMPLETE: {lacking}; {judged}"
-    return judged + (f"; {lacking}" if gaps else "")
-
-
-def compile_explanations(c: Comparison) -> list[str]:
-    """With ``gate_compile``, a line per compile-latency move: what moved and the phases that account
-    for 80% of it (``inductor +0.38 s (76%), aot_autograd +0.08 s (16%)``), printed beside the verdict."""
-    if not c.thresholds.get("gate_compile"):
-        return []
-    moved = [ch for ch in c.changes if ch.kind in ("compile_slower", "compile_faster")]
-    return [
-        f"{ch.target} [{ch.config}]: compile {ch.change} ({ch.base} -> {ch.new})"
-        + (f": {ch.phases}" if ch.phases else ": no phase breakdown on both sides")
-        for ch in moved
-    ]
-
-
-def rows(c: Comparison) -> Rows:
-    headers = ["", "what", "target", "config", "base", "new", "change", "runs", "p"]
-    body = [
-        [
-            "REGRESSION" if ch.regression else "",
-            KIND_TITLES[ch.kind],
-            ch.target,
-            ch.config,
-            ch.base,
-            ch.new,
-            ch.change,
-            f"{ch.runs[0]} vs {ch.runs[1]}",
-            f"{ch.p_value:.2g}" if ch.p_value is not None else "untested" if ch.test == "threshold" else "-",
-        ]
-        for ch in c.changes
-    ]
-    return Rows(f"{c.base} -> {c.new}", headers, body, {"change", "runs", "p"})
-
-
-def notes(c: Comparison) -> list[str]:
-    t = c.thresholds
-    gated = "the speedup" if t["metric"] == "speedup" else "the compiled median"
-    out = [
-        f"gate: {gated} moving by more than {t['speed']:.0%}; with {t['min_runs']} or more ok runs on both sides "
-        f"also {WELCH} (p < {t['alpha']}), with fewer the threshold alone (untested); "
-        f"compile latency {t['compile']:.0%} ({'gated' if t['gate_compile'] else 'reported, not gated'})"
-    ]
-    if c.runs:
-        counts = sorted(c.runs.items(), key=lambda kv: -kv[1])
-        out.append("runs per experiment (base vs new): " + ", ".join(f"{k} for {v}" for k, v in counts))
-    if c.missing:
-        out.append(f"missing from new ({len(c.missing)}): {', '.join(c.missing[:10])}")
-    if c.only_in_new:
-        out.append(f"only in new ({len(c.only_in_new)}): {', '.join(c.only_in_new[:10])}")
-    return out
-
-
-def print_comparison(console: Console, c: Comparison) -> None:
-    for w in c.warnings:
-        console.print(Text(f"WARNING: {w}", style="bold yellow"), soft_wrap=True)
-    if c.changes:
-        table: Table = rich_table(rows(c))
-        console.print(table)
-    else:
-        console.print(Text(f"{c.base} -> {c.new}: nothing moved beyond the thresholds"))
-    for line in notes(c):
-        console.print(Text(line), soft_wrap=True)
-    style = "bold red" if c.fails else "bold green"
-    console.print(Text(verdict(c), style=style))
-    for line in compile_explanations(c):
-        console.print(Text(f"  {line}"), soft_wrap=True)
-
-
-def markdown(c: Comparison) -> str:
-    """The comparison as a pull-request comment."""
-    icon = ":x:" if c.fails else ":white_check_mark:"
-    out = [f"### {icon} {verdict(c)}", ""]
-    explained = compile_explanations(c)
-    out += [f"- {line}" for line in explained] + ([""] if explained else [])
-    out += [f"> :warning: **{w}**" for w in c.warnings]
-    if c.warnings:
-        out.append("")
-    out.append(markdown_table(rows(c)) if c.changes else "Nothing moved beyond the thresholds.")
-    out += [""] + [f"- {line}" for line in notes(c)]
-    return "\n".join(out) + "\n"
-
-
-def as_json(c: Comparison) -> str:
-    """The comparison as JSON: its fields, the verdict, and whether the gate fails."""
-    data = {**c.model_dump(mode="json"), "regressions": len(c.regressions), "fails": c.fails, "verdict": verdict(c)}
-    return json.dumps(data, indent=2) + "\n"

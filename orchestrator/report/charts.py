@@ -1,0 +1,330 @@
+"""The charts of a report's HTML page, each a plotly figure built from the report: speedups with their
+intervals, the Pareto set of what to ship, the replays' traffic, compile latencies, eager against
+compiled times.
+
+A chart is data to draw, not a page: the page (``html``) places each figure with ``page.figure_html``.
+Imports the views and the replay view (for the groups and labels they share), the summary and the
+page's palette; plotly is imported when a chart is built, never on import.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.report.models import Report, result_group
+from orchestrator.report.page import COLORS, escape
+from orchestrator.report.replay import traffic_groups
+from orchestrator.report.summary import device_model, valid_timing
+from orchestrator.report.views import cache_text, has_replicates
+from tasks.models import Result
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+
+def speedup_figures(report: Report) -> list[go.Figure]:
+    """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x.
+    Where experiments ran more than once, each replicate has its bar (``seed.foo r1``)."""
+    import plotly.graph_objects as go
+
+    replicated = has_replicates(report.results)
+
+    by_model: dict[str, list[Result]] = defaultdict(list)
+    for r in report.results:
+        if valid_timing(r):
+            by_model[device_model(r) or "unknown device"].append(r)
+    figures = []
+    speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
+    for model, rs in sorted(by_model.items()):
+        configs = list(dict.fromkeys(r.config_label for r in rs))
+        fig = go.Figure()
+        for i, config in enumerate(configs):
+            mine = [r for r in rs if r.config_label == config]
+            speedups = [r.speedup or 0.0 for r in mine]
+            fig.add_trace(
+                go.Bar(
+                    name=config,
+                    x=[result_group(r) + (f" r{r.replicate}" if replicated else "") for r in mine],
+                    y=speedups,
+                    marker_color=COLORS[i % len(COLORS)],
+                    error_y={
+                        "type": "data",
+                        "symmetric": False,
+                        "array": [
+                            (r.speedup_ci[1] - s) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
+                        ],
+                        "arrayminus": [
+                            (s - r.speedup_ci[0]) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
+                        ],
+                        "thickness": 1.5,
+                        "color": "#333",
+                    },
+                    hovertemplate="%{x}<br>" + escape(config) + ": %{y:.2f}x<extra></extra>",
+                )
+            )
+        fig.add_hline(y=1.0, line={"color": "#c0392b", "dash": "dash", "width": 1.5})
+        fig.add_annotation(  # on a log axis an annotation's y is log10 of the value: 0 is 1.0x
+            text="1.0x: no change",
+            x=0,
+            xref="paper",
+            y=0,
+            yref="y",
+            showarrow=False,
+            xanchor="left",
+            yanchor="bottom",
+            font={"color": "#c0392b"},
+            bgcolor="rgba(255, 255, 255, 0.8)",
+        )
+        fig.update_layout(
+            title={"text": f"speedup on {model}"},
+            barmode="group",
+            yaxis={"title": {"text": "speedup (log scale)"}, "type": "log", **log_ticks(speedups_all, "x")},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=460,
+        )
+        figures.append(fig)
+    return figures or [empty_figure("no valid timings to chart")]
+
+
+def pareto_figure(report: Report) -> go.Figure:
+    """Speedup lower bound against compile latency (both log), one point per configuration per group, a
+    colour per group: stars (joined by a line, named) for the Pareto set, circles for the other candidates,
+    crosses for the configurations that may not be shipped. A configuration without an interval (a
+    replay) is placed at its point speedup; without a compile latency it has no point."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    values: list[float] = []
+    xs_all: list[float] = []
+    decided = [g for g in report.summary.groups if g.decision is not None]
+    for i, group in enumerate(decided):
+        assert group.decision is not None  # decided: for mypy
+        name = f"{group.label} ({group.device_model})" if len(report.summary.devices) > 1 else group.label
+        points = [c for c in group.decision.configs if c.compile_s and (c.lower or c.speedup)]
+        kinds = (
+            ("Pareto set", [c for c in points if c.pareto], "star", "lines+markers+text"),
+            ("other candidates", [c for c in points if c.candidate and not c.pareto], "circle", "markers"),
+            ("not shipped", [c for c in points if not c.candidate], "x", "markers"),
+        )
+        shown = False
+        for kind, configs, symbol, mode in kinds:
+            if not configs:
+                continue
+            configs = sorted(configs, key=lambda c: c.compile_s or 0.0)
+            ys = [c.lower or c.speedup or 0.0 for c in configs]
+            xs = [c.compile_s or 0.0 for c in configs]
+            values += ys
+            xs_all += xs
+            fig.add_trace(
+                go.Scatter(
+                    name=name,
+                    legendgroup=name,
+                    showlegend=not shown,
+                    x=xs,
+                    y=ys,
+                    mode=mode,
+                    line={"color": COLORS[i % len(COLORS)], "dash": "dot", "width": 1},
+                    marker={
+                        "symbol": symbol,
+                        "size": 15 if symbol == "star" else 10,
+                        "color": COLORS[i % len(COLORS)],
+                        "opacity": 0.5 if symbol == "x" else 1.0,
+                        "line": {"width": 1, "color": "#fff"},
+                    },
+                    text=[c.config for c in configs],  # shown beside the Pareto set's stars
+                    textposition="top center",
+                    cliponaxis=False,  # a name near the edge is drawn whole
+                    customdata=[
+                        _pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs
+                    ],
+                    hovertemplate="%{customdata}<br>%{y:.2f}x at %{x:.3g} s<extra></extra>",
+                )
+            )
+            shown = True
+    if not fig.data:
+        return empty_figure("no configuration has a speedup and a compile latency to chart")
+    fig.add_hline(y=1.0, line={"color": "#c0392b", "dash": "dash", "width": 1.5})
+    fig.update_layout(
+        xaxis={"title": {"text": "compile latency charged, s (log scale)"}, "type": "log", **log_ticks(xs_all)},
+        yaxis={
+            "title": {"text": "speedup: lower 95% bound, or the point without one (log)"},
+            "type": "log",
+            **log_ticks([*values, 1.0], "x"),
+        },
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 30, "b": 40},
+        height=460,
+    )
+    return fig
+
+
+def _pareto_hover(group: str, config: str, kind: str, excluded: str | None, label: str | None) -> str:
+    why = f" ({excluded})" if excluded else ""
+    return f"{escape(group)} [{escape(config)}]: {kind}{escape(why)}<br>compile: {escape(label or '-')}"
+
+
+def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
+    """Per replayed traffic (``replay.traffic_groups``), two charts with their div ids: the warm median of a
+    call per size, eager beside each policy; and the cumulative time over the call sequence, eager's and
+    each policy's, compiles included (``ReplayResult.cumulative_ms``)."""
+    import plotly.graph_objects as go
+
+    out = []
+    for i, group in enumerate(traffic_groups(report.results)):
+        first, traffic = group[0]
+        label = result_group(first)
+        sizes = [f"{traffic.param}={s.value}" for s in traffic.per_shape]
+        bars = go.Figure()
+        eager = [statistics.median(rp.per_shape[k].eager_ms for _, rp in group) for k in range(len(sizes))]
+        bars.add_trace(go.Bar(name="eager", x=sizes, y=eager, marker_color="#8c8c8c"))
+        curves = go.Figure()
+        curves.add_trace(
+            go.Scatter(
+                name="eager",
+                x=traffic.cumulative_at,
+                y=[ms / 1e3 for ms in traffic.cumulative_ms.get("eager", [])],
+                mode="lines",
+                line={"color": "#555", "dash": "dash", "width": 2},
+            )
+        )
+        for j, (r, rp) in enumerate(group):
+            color = COLORS[j % len(COLORS)]
+            bars.add_trace(
+                go.Bar(name=r.config_label, x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
+            )
+            curves.add_trace(
+                go.Scatter(
+                    name=r.config_label,
+                    x=rp.cumulative_at,
+                    y=[ms / 1e3 for ms in rp.cumulative_ms.get("compiled", [])],
+                    mode="lines",
+                    line={"color": color, "width": 2},
+                )
+            )
+        bars.update_layout(
+            title={"text": f"{label}: ms per call by size, warm"},
+            barmode="group",
+            yaxis={"title": {"text": "median ms per call"}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=420,
+        )
+        curves.update_layout(
+            title={"text": f"{label}: time for the first n of {traffic.calls:,} calls, compiles included"},
+            xaxis={"title": {"text": "calls served"}},
+            yaxis={"title": {"text": "cumulative time, s"}, "rangemode": "tozero"},
+            legend={"orientation": "h", "y": -0.25},
+            margin={"t": 50, "b": 40},
+            height=420,
+        )
+        out += [(f"chart-replay-sizes-{i}", bars), (f"chart-replay-cumulative-{i}", curves)]
+    return out
+
+
+def compile_figure(report: Report) -> go.Figure:
+    """Compile latency (first compiled call) per configuration, cold and warm caches as separate boxes;
+    each point says how the caches served it (``warm: hit``, ``cold: miss``)."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    latencies = [r.compile_latency_s for r in report.results if r.compile_latency_s]
+    for i, cache in enumerate(("warm", "cold")):
+        rs = [r for r in report.results if r.compile_latency_s and r.compile.cache == cache]
+        if not rs:
+            continue
+        fig.add_trace(
+            go.Box(
+                name=f"{cache} cache",
+                x=[r.config_label.removesuffix("+cold") for r in rs],
+                y=[r.compile_latency_s for r in rs],
+                text=[f"{result_group(r)} ({cache_text(r)})" for r in rs],
+                boxpoints="all",
+                jitter=0.3,
+                pointpos=0,
+                marker_color=COLORS[i],
+                hovertemplate="%{text}<br>%{x}: %{y:.3f} s<extra>" + cache + "</extra>",
+            )
+        )
+    if not fig.data:
+        return empty_figure("no compile latencies in this report")
+    fig.update_layout(
+        boxmode="group",
+        showlegend=True,
+        yaxis={"title": {"text": "compile latency, s (log scale)"}, "type": "log", **log_ticks(latencies)},
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 30, "b": 40},
+        height=420,
+    )
+    return fig
+
+
+def times_figure(report: Report) -> go.Figure:
+    """Each result's eager median against its compiled median, one colour per device model; below the
+    diagonal, compiled is faster."""
+    import plotly.graph_objects as go
+
+    by_model: dict[str, list[Result]] = defaultdict(list)
+    for r in report.results:
+        if r.eager and r.compiled and r.status in ("ok", "incorrect"):
+            by_model[device_model(r) or "unknown device"].append(r)
+    if not by_model:
+        return empty_figure("no result has both sides timed")
+    fig = go.Figure()
+    values = []
+    for i, (model, rs) in enumerate(sorted(by_model.items())):
+        xs = [r.eager.median_ms for r in rs if r.eager]
+        ys = [r.compiled.median_ms for r in rs if r.compiled]
+        values += xs + ys
+        fig.add_trace(
+            go.Scatter(
+                name=model,
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
+                text=[f"{result_group(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs],
+                hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
+            )
+        )
+    low, high = min(values) / 1.5, max(values) * 1.5
+    fig.add_trace(
+        go.Scatter(
+            name="same time",
+            x=[low, high],
+            y=[low, high],
+            mode="lines",
+            line={"color": "#999", "dash": "dash"},
+            hoverinfo="skip",
+        )
+    )
+    fig.update_layout(
+        xaxis={"title": {"text": "eager median, ms"}, "type": "log", **log_ticks(values)},
+        yaxis={"title": {"text": "compiled median, ms (below the line: faster)"}, "type": "log", **log_ticks(values)},
+        legend={"orientation": "h", "y": -0.2},
+        margin={"t": 30},
+        height=480,
+    )
+    return fig
+
+
+def empty_figure(message: str) -> go.Figure:
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font={"size": 16})
+    fig.update_layout(height=200, xaxis={"visible": False}, yaxis={"visible": False})
+    return fig
+
+
+def log_ticks(values: list[float], suffix: str = "") -> dict[str, Any]:
+    """Ticks at 1, 2 and 5 of each decade the values span, labelled plainly (``0.5x``, ``20``)."""
+    values = [v for v in values if v > 0]
+    if not values:
+        return {}
+    low, high = math.floor(math.log10(min(values))), math.ceil(math.log10(max(values)))
+    ticks = [m * 10.0**e for e in range(low, high + 1) for m in (1, 2, 5)]
+    return {"tickvals": ticks, "ticktext": [f"{t:g}{suffix}" for t in ticks]}

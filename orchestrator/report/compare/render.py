@@ -1,0 +1,118 @@
+"""A comparison shown to people and programs: its verdict in one line, the changes as a table with the
+gate's notes, on a terminal (rich), as a pull-request comment (Markdown) or as JSON.
+
+Imports the comparison's data (``compare.models``) and the cells; the gate is not needed to show what
+it found.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.report.cells import Rows, markdown_table, rich_table
+from orchestrator.report.compare.models import KIND_TITLES, WELCH, Comparison
+
+
+def verdict(c: Comparison) -> str:
+    """One line: the regressions, then what NEW lacks (failing the gate unless allowed)."""
+    n = len(c.regressions)
+    judged = f"{n} regression(s)" if n else "no regressions"
+    judged += f" in {c.matched} matched experiment(s)"
+    gaps = [f"{len(c.missing)} experiment(s) of base missing from new"] if c.missing else []
+    gaps += ["the new run did not finish"] if c.incomplete else []
+    lacking = ", ".join(gaps) + (" (allowed)" if c.allow_missing else "")
+    if n:
+        return f"REGRESSION: {judged}" + (f"; {lacking}" if gaps else "")
+    if gaps and c.blocked:
+        return f"INCOMPLETE: {lacking}; {judged}"
+    return judged + (f"; {lacking}" if gaps else "")
+
+
+def compile_explanations(c: Comparison) -> list[str]:
+    """With ``gate_compile``, a line per compile-latency move: what moved and the phases that account
+    for 80% of it (``inductor +0.38 s (76%), aot_autograd +0.08 s (16%)``), printed beside the verdict."""
+    if not c.thresholds.get("gate_compile"):
+        return []
+    moved = [ch for ch in c.changes if ch.kind in ("compile_slower", "compile_faster")]
+    return [
+        f"{ch.target} [{ch.config}]: compile {ch.change} ({ch.base} -> {ch.new})"
+        + (f": {ch.phases}" if ch.phases else ": no phase breakdown on both sides")
+        for ch in moved
+    ]
+
+
+def rows(c: Comparison) -> Rows:
+    headers = ["", "what", "target", "config", "base", "new", "change", "runs", "p"]
+    body = [
+        [
+            "REGRESSION" if ch.regression else "",
+            KIND_TITLES[ch.kind],
+            ch.target,
+            ch.config,
+            ch.base,
+            ch.new,
+            ch.change,
+            f"{ch.runs[0]} vs {ch.runs[1]}",
+            f"{ch.p_value:.2g}" if ch.p_value is not None else "untested" if ch.test == "threshold" else "-",
+        ]
+        for ch in c.changes
+    ]
+    return Rows(f"{c.base} -> {c.new}", headers, body, {"change", "runs", "p"})
+
+
+def notes(c: Comparison) -> list[str]:
+    t = c.thresholds
+    gated = "the speedup" if t["metric"] == "speedup" else "the compiled median"
+    out = [
+        f"gate: {gated} moving by more than {t['speed']:.0%}; with {t['min_runs']} or more ok runs on both sides "
+        f"also {WELCH} (p < {t['alpha']}), with fewer the threshold alone (untested); "
+        f"compile latency {t['compile']:.0%} ({'gated' if t['gate_compile'] else 'reported, not gated'})"
+    ]
+    if c.runs:
+        counts = sorted(c.runs.items(), key=lambda kv: -kv[1])
+        out.append("runs per experiment (base vs new): " + ", ".join(f"{k} for {v}" for k, v in counts))
+    if c.missing:
+        out.append(f"missing from new ({len(c.missing)}): {', '.join(c.missing[:10])}")
+    if c.only_in_new:
+        out.append(f"only in new ({len(c.only_in_new)}): {', '.join(c.only_in_new[:10])}")
+    return out
+
+
+def print_comparison(console: Console, c: Comparison) -> None:
+    for w in c.warnings:
+        console.print(Text(f"WARNING: {w}", style="bold yellow"), soft_wrap=True)
+    if c.changes:
+        table: Table = rich_table(rows(c))
+        console.print(table)
+    else:
+        console.print(Text(f"{c.base} -> {c.new}: nothing moved beyond the thresholds"))
+    for line in notes(c):
+        console.print(Text(line), soft_wrap=True)
+    style = "bold red" if c.fails else "bold green"
+    console.print(Text(verdict(c), style=style))
+    for line in compile_explanations(c):
+        console.print(Text(f"  {line}"), soft_wrap=True)
+
+
+def markdown(c: Comparison) -> str:
+    """The comparison as a pull-request comment."""
+    icon = ":x:" if c.fails else ":white_check_mark:"
+    out = [f"### {icon} {verdict(c)}", ""]
+    explained = compile_explanations(c)
+    out += [f"- {line}" for line in explained] + ([""] if explained else [])
+    out += [f"> :warning: **{w}**" for w in c.warnings]
+    if c.warnings:
+        out.append("")
+    out.append(markdown_table(rows(c)) if c.changes else "Nothing moved beyond the thresholds.")
+    out += [""] + [f"- {line}" for line in notes(c)]
+    return "\n".join(out) + "\n"
+
+
+def as_json(c: Comparison) -> str:
+    """The comparison as JSON: its fields, the verdict, and whether the gate fails."""
+    data = {**c.model_dump(mode="json"), "regressions": len(c.regressions), "fails": c.fails, "verdict": verdict(c)}
+    return json.dumps(data, indent=2) + "\n"

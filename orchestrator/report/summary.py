@@ -6,7 +6,6 @@ target, params, device model, phase, precision), and averaged only over the same
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import statistics
@@ -29,6 +28,7 @@ from orchestrator.report.models import (
     traffic_label,
 )
 from tasks.models import Result, SideTiming, Status
+from tasks.stats import log_mean_interval
 
 Z95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
 MEDIAN_SE_FACTOR = math.sqrt(math.pi / 2)  # se(median) = sqrt(pi/2) * sigma / sqrt(n) for normal samples
@@ -214,18 +214,18 @@ def _between(results: list[Result], logs: list[tuple[float, float]]) -> _Estimat
     """The replicates of one experiment as one between-run figure.
 
     Method: the point is the median of the k replicates' speedups (one bad run does not move it).
-    The interval is Student's t on the log speedups, mean +- t(0.975, k-1) s / sqrt(k), exponentiated:
-    it holds whatever differs between runs (GPU, clocks, process, autotuning) and each run's own
-    measurement noise with it, and it is exact for log-normal run-to-run noise at any k; with k = 2,
-    t = 12.71 and the interval is as wide as two runs honestly allow. The spread is the fastest GPU's
-    speedup over the slowest's, each GPU's being the median of the replicates it ran; None when the
-    replicates ran on fewer than two GPUs that the results name.
+    The interval is Student's t on the log speedups, mean +- t(0.975, k-1) s / sqrt(k), exponentiated
+    (``tasks.stats.log_mean_interval``): it holds whatever differs between runs (GPU, clocks, process,
+    autotuning) and each run's own measurement noise with it, and it is exact for log-normal run-to-run
+    noise at any k; with k = 2, t = 12.71 and the interval is as wide as two runs honestly allow. The
+    spread is the fastest GPU's speedup over the slowest's, each GPU's being the median of the replicates
+    it ran; None when the replicates ran on fewer than two GPUs that the results name.
     """
     speedups = [r.speedup or 1.0 for r in results]  # valid timings: every speedup is set
     k = len(speedups)
-    values = [math.log(x) for x in speedups]
-    mean = sum(values) / k
-    half = _t95(k - 1) * statistics.stdev(values) / math.sqrt(k)
+    mean = sum(math.log(x) for x in speedups) / k
+    ci = log_mean_interval(speedups)
+    half = (math.log(ci[1]) - math.log(ci[0])) / 2
     point = statistics.median(speedups)
     per_gpu: dict[tuple[str, tuple[str, ...]], list[float]] = {}
     for r, x in zip(results, speedups, strict=True):
@@ -238,7 +238,7 @@ def _between(results: list[Result], logs: list[tuple[float, float]]) -> _Estimat
         log=math.log(point),
         se=half / Z95,
         within_se=math.sqrt(sum(se * se for _, se in logs)) / k,
-        ci=(math.exp(mean - half), math.exp(mean + half)),
+        ci=ci,
         centre=mean,
         replicates=k,
         between=True,
@@ -253,14 +253,6 @@ def _gpu(r: Result) -> tuple[str, tuple[str, ...]] | None:
     if r.device == "cpu" or worker is None or not worker.gpu_ids:
         return None
     return worker.node_id or worker.hostname, tuple(worker.gpu_ids)
-
-
-@functools.cache
-def _t95(df: int) -> float:
-    """The two-sided 95% quantile of Student's t with ``df`` degrees of freedom (12.71 for 1, 4.30 for 2)."""
-    from scipy.stats import t  # imported only when a report has replicates
-
-    return float(t.ppf(0.975, df))
 
 
 class _GroupData:

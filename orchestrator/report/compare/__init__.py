@@ -16,7 +16,7 @@ clocks and compiled code, so thousands of them say nothing about the next run, a
 
 The package holds the comparison's data (``models``: thresholds, changes, the comparison and its
 verdict), the gate that finds the changes (``gate``: the statistics and the verdicts) and how a
-comparison is shown (``render``: the terminal, Markdown, JSON), importing one another in that order.
+comparison is shown (``render``: the terminal, Markdown, JSON), each importing only those before it.
 Its names are importable from here, as ``orchestrator.report.compare`` has always offered them.
 """
 

@@ -155,8 +155,51 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_the_worker_side_has_no_import_circle():
-    assert circles(import_graph("tasks")) == []
+def project_graph() -> dict[str, set[str]]:
+    """The import graph of every package and script folder of the project, as one graph: an arrow from a
+    benchmark into the report and back would be a circle too."""
+    graph: dict[str, set[str]] = {}
+    for package in ("orchestrator", "tasks", "benchmarks", "scripts"):
+        graph |= import_graph(package)
+    known = set(graph)
+    return {
+        name: {d for d in deps | _absolute_imports(name) if d in known and d != name} for name, deps in graph.items()
+    }
+
+
+def _absolute_imports(module: str) -> set[str]:
+    """What ``module`` imports of the other packages (``import_graph`` keeps only its own package's)."""
+    import ast
+
+    path = ROOT.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+    return found
+
+
+def test_the_project_has_no_import_circle():
+    graph = project_graph()
+    assert {"orchestrator.cli", "orchestrator.report.render", "tasks.procedure"} <= set(graph)
+    assert circles(graph) == []
+
+
+def test_the_worker_side_imports_nothing_of_the_driver():
+    graph = project_graph()
+    assert (
+        sorted(
+            f"{m} -> {d}"
+            for m, deps in graph.items()
+            if m.startswith("tasks")
+            for d in deps
+            if not d.startswith("tasks")
+        )
+        == []
+    )
 
 
 def test_the_circle_check_finds_one():

@@ -267,3 +267,22 @@ def test_the_floor_check_finds_crossings_and_loose_modules():
         "orchestrator.helpers: outside the stages",
         "orchestrator.report.models -> orchestrator.api",
     ]
+
+
+# The report package's modules in the order of its docstring: each imports only modules before it.
+REPORT_ORDER = [
+    "models", "cells", "decision", "summary", "io", "replay", "views", "render", "page", "charts", "html",
+    "compile_phases", "compare.models", "compare.gate", "compare.render", "compare", "changepoints", "history",
+    "history_html", "progress",
+]  # fmt: skip
+
+
+def test_the_report_package_imports_one_way():
+    graph = import_graph("orchestrator")
+    names = [f"orchestrator.report.{m}" for m in REPORT_ORDER]
+    package = {m for m in graph if m.startswith("orchestrator.report.")}
+    assert package == set(names), "a report module is missing from REPORT_ORDER, or listed and gone"
+    backwards = [
+        f"{m} -> {d}" for i, m in enumerate(names) for d in sorted(graph[m]) if d in package and names.index(d) >= i
+    ]
+    assert backwards == []

@@ -57,8 +57,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.own_state import in_own_state  # noqa: E402
+from tasks.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, percentile_interval  # noqa: E402
 
 WITHIN = 0.03  # late/twin medians must lie within 3% of each other
 PROBE_TIMING = {"warmup_ms": 100, "repeats_ms": 1000}  # per side: ~1 s of samples, for medians steady to ~1%
@@ -327,22 +332,23 @@ def ratio_cell(groups: list[list[float]]) -> tuple[str, float | None, tuple[floa
     return f"{median:.3f} [{low:.3f}, {high:.3f}] ({len(ratios)}{per_round})", median, (low, high)
 
 
-def round_interval(groups: list[list[float]], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+def round_interval(
+    groups: list[list[float]], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
+) -> tuple[float, float]:
     """95% bootstrap interval of the median of all pairs, resampling rounds, then the pairs within each.
 
     The copies of one round share three processes, and where a process's memory lies can set a
     memory-bound probe's speed for its whole life (``fidelity.py drift``): a round, not a pair, is
-    the unit that is drawn afresh. With one round this is the plain bootstrap of its pairs."""
-    import numpy as np
-
+    the unit that is drawn afresh. With one round this is the plain bootstrap of its pairs. Only the
+    two-level draw is here: the generator, its defaults and the percentile interval are
+    ``tasks.stats``'s, as every other interval of compilebench's."""
     rng = np.random.default_rng(seed)
     kept = [np.asarray(g, dtype=float) for g in groups if g]
     medians = np.empty(resamples)
     for k in range(resamples):
         picked = [kept[j] for j in rng.integers(0, len(kept), len(kept))]
         medians[k] = np.median(np.concatenate([g[rng.integers(0, len(g), len(g))] for g in picked]))
-    low, high = np.percentile(medians, [2.5, 97.5])
-    return float(low), float(high)
+    return percentile_interval(medians)
 
 
 def spread(values: list[float]) -> str:
@@ -430,16 +436,8 @@ def _list(ratios: list[float]) -> str:
     return ", ".join(f"{x:.3f}" for x in ratios) or "-"
 
 
-def in_own_state() -> None:
-    """Run from the checkout (Ray's local workers start in the driver's directory) with core locks
-    and compile caches of this benchmark's own, apart from any other compilebench process."""
-    os.chdir(ROOT)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-contamination-"))
-
-
 def main() -> None:
-    in_own_state()
+    in_own_state("contamination")
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
         "--rounds", type=int, default=ROUNDS, help="new aged, twin and control workers: this many times"

@@ -63,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 import ray  # noqa: E402
 
+from benchmarks.own_state import in_own_state  # noqa: E402
 from orchestrator.execution.cluster import ClusterInfo, connect  # noqa: E402
 from tasks.models import Experiment  # noqa: E402
 
@@ -132,85 +133,10 @@ def run_compilebench(exps: list[Experiment], cluster: ClusterInfo, gpus: int) ->
     return run
 
 
-def run_plain(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
-    def task(payload: dict[str, Any]) -> dict[str, Any]:
-        from tasks.worker import run_payload
-
-        return run_payload(payload, _placement())
-
-    remote = ray.remote(
-        num_gpus=1, num_cpus=1, max_calls=1, max_retries=0, runtime_env={"env_vars": {"OVERHEAD_PLAIN": "1"}}
-    )(task)
-    start = time.perf_counter()
-    results = ray.get([remote.remote(e.model_dump(mode="json")) for e in exps])
-    run = _in_task(results)
-    run.wall_s = time.perf_counter() - start
-    return run
-
-
-@ray.remote(num_gpus=1, num_cpus=1)
-class FloorActor:
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from tasks.worker import run_payload
-
-        return run_payload(payload, _placement())
-
-
-def run_floor(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
-    start = time.perf_counter()
-    actors = [FloorActor.remote() for _ in range(gpus)]  # type: ignore[attr-defined]
-    todo = [e.model_dump(mode="json") for e in exps]
-    calls = {actor.run.remote(todo.pop()): actor for actor in actors if todo}
-    results = []
-    while calls:
-        (ready,), _ = ray.wait(list(calls), num_returns=1)
-        actor = calls.pop(ready)
-        results.append(ray.get(ready))
-        if todo:
-            calls[actor.run.remote(todo.pop())] = actor
-    run = _in_task(results)
-    run.wall_s = time.perf_counter() - start
-    for actor in actors:
-        ray.kill(actor)
-    return run
-
-
-def run_tune(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
-    from ray import tune
-
-    payloads = [e.model_dump(mode="json") for e in exps]
-
-    def trainable(config: dict[str, Any]) -> None:
-        from tasks.worker import run_payload
-
-        result = run_payload(payloads[config["index"]], _placement())
-        tune.report({k: result[k] for k in ("started_at", "finished_at", "status")})
-
-    with tempfile.TemporaryDirectory() as tmp:
-        tuner = tune.Tuner(
-            tune.with_resources(trainable, {"gpu": 1, "cpu": 1}),
-            param_space={"index": tune.grid_search(list(range(len(exps))))},
-            run_config=tune.RunConfig(storage_path=tmp, verbose=0),
-        )
-        start = time.perf_counter()
-        grid = tuner.fit()
-        wall = time.perf_counter() - start
-    run = _in_task([r.metrics for r in grid])
-    run.wall_s = wall
-    return run
-
-
-RUNNERS: dict[str, Callable[[list[Experiment], ClusterInfo, int], Run]] = {
-    "compilebench": run_compilebench,
-    "plain": run_plain,
-    "floor": run_floor,
-    "tune": run_tune,
-}
-
-
-# The peers as a user would write them: whole scripts, run as processes of their own. Each reads
-# the experiments (plain data) from argv[1], uses argv[2] logical GPUs and writes each result's
-# in-task start, end and status to argv[3] as JSON.
+# The peers as a user would write them. Each body runs ``payloads`` (the experiments as plain data)
+# on ``gpus`` logical GPUs through ``placement()`` and hands its results to ``save``: as a script of
+# its own (the preamble reads them from argv and starts Ray; ``ray.shutdown()`` ends it), or in this
+# process (``run_peer``), on its Ray instance.
 _PEER_PREAMBLE = """
     import json, sys
     import ray
@@ -229,7 +155,7 @@ _PEER_PREAMBLE = """
         keep = ("started_at", "finished_at", "status")
         json.dump([{k: r.get(k) for k in keep} for r in results], open(out, "w"))
 """
-FLOOR_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
+FLOOR_BODY = """
 
     @ray.remote(num_gpus=1, num_cpus=1)
     class Runner:
@@ -253,9 +179,8 @@ FLOOR_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
         if todo:
             calls[actor.run.remote(todo.pop())] = actor
     save(results)
-    ray.shutdown()
-""")
-PLAIN_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
+"""
+PLAIN_BODY = """
 
     @ray.remote(num_gpus=1, num_cpus=1, max_calls=1, max_retries=0, runtime_env={"env_vars": {"PLAIN": "1"}})
     def run(payload):
@@ -265,9 +190,8 @@ PLAIN_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
 
 
     save(ray.get([run.remote(p) for p in payloads]))
-    ray.shutdown()
-""")
-TUNE_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
+"""
+TUNE_BODY = """
     import tempfile
 
     from ray import tune
@@ -287,9 +211,46 @@ TUNE_SCRIPT = textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent("""
             run_config=tune.RunConfig(storage_path=tmp, verbose=0),
         )
         save([r.metrics for r in tuner.fit()])
-    ray.shutdown()
-""")
-PEER_SCRIPTS = {"floor": FLOOR_SCRIPT, "plain": PLAIN_SCRIPT, "tune": TUNE_SCRIPT}
+"""
+PEER_BODIES = {"floor": FLOOR_BODY, "plain": PLAIN_BODY, "tune": TUNE_BODY}
+PEER_SCRIPTS = {
+    name: textwrap.dedent(_PEER_PREAMBLE) + textwrap.dedent(body) + "ray.shutdown()\n"
+    for name, body in PEER_BODIES.items()
+}
+FLOOR_SCRIPT, PLAIN_SCRIPT, TUNE_SCRIPT = (PEER_SCRIPTS[name] for name in ("floor", "plain", "tune"))
+
+
+def run_peer(name: str) -> Callable[[list[Experiment], ClusterInfo, int], Run]:
+    """A peer's body run in this process, on its Ray instance, timed from its first line to its
+    ``save``; the actors it started are killed after, so that the next run finds the GPUs free."""
+
+    def runner(exps: list[Experiment], cluster: ClusterInfo, gpus: int) -> Run:
+        saved: list[dict[str, Any]] = []
+        scope: dict[str, Any] = {
+            "__name__": f"overhead_{name}",  # not importable: Ray ships its functions by value
+            "ray": ray,
+            "payloads": [e.model_dump(mode="json") for e in exps],
+            "gpus": gpus,
+            "placement": _placement,
+            "save": saved.extend,
+        }
+        code = compile(textwrap.dedent(PEER_BODIES[name]), f"<{name}>", "exec")
+        start = time.perf_counter()
+        exec(code, scope)
+        wall = time.perf_counter() - start
+        for actor in scope.get("actors", ()):
+            ray.kill(actor)
+        run = _in_task(saved)
+        run.wall_s = wall
+        return run
+
+    return runner
+
+
+RUNNERS: dict[str, Callable[[list[Experiment], ClusterInfo, int], Run]] = {
+    "compilebench": run_compilebench,
+    **{name: run_peer(name) for name in ("plain", "floor", "tune")},
+}
 
 
 def tune_installed() -> bool:
@@ -365,16 +326,8 @@ def alternate(chosen: list[str], rounds: int) -> list[str]:
     return order + [name for _ in range(rounds) for name in chosen if name in REPEATED]
 
 
-def in_own_state() -> None:
-    """Run from the checkout (Ray's local workers start in the driver's directory) with core locks
-    and compile caches of this benchmark's own, apart from any other compilebench process."""
-    os.chdir(ROOT)
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-overhead-"))
-
-
 def main() -> None:
-    in_own_state()
+    in_own_state("overhead")
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=40, help="experiments per sweep, trivial workload")
     parser.add_argument("--n-compile", type=int, default=12, help="experiments per sweep, inductor and cold workloads")

@@ -107,14 +107,14 @@ def speedup_ci(
     eager: Sequence[float], compiled: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float]:
     """95% percentile-bootstrap interval of the ratio of medians."""
-    return _interval(speedup_replicates(eager, compiled, resamples, seed))
+    return percentile_interval(speedup_replicates(eager, compiled, resamples, seed))
 
 
 def median_ci(
     values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED
 ) -> tuple[float, float]:
     """95% percentile-bootstrap interval of the median of ``values``."""
-    return _interval(bootstrap_medians(values, np.random.default_rng(seed), resamples))
+    return percentile_interval(bootstrap_medians(values, np.random.default_rng(seed), resamples))
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -133,11 +133,13 @@ def geomean_ci(
     the geometric mean of those ratios.
     """
     logs = np.stack([np.log(speedup_replicates(e, c, resamples, seed + i)) for i, (e, c) in enumerate(pairs)])
-    return _interval(np.exp(logs.mean(axis=0)))
+    return percentile_interval(np.exp(logs.mean(axis=0)))
 
 
-def _interval(replicates: np.ndarray) -> tuple[float, float]:
-    tail = (1 - CONFIDENCE) / 2 * 100
+def percentile_interval(replicates: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The percentile interval of bootstrap ``replicates``: their (1 - confidence) / 2 and
+    (1 + confidence) / 2 quantiles (``np.percentile``, linear), 2.5% and 97.5% by default."""
+    tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(replicates, [tail, 100 - tail])
     return float(low), float(high)
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import contamination, fidelity, overhead
+from benchmarks import contamination, overhead
+from benchmarks.fidelity_sections import reference, tables, workloads
 from orchestrator.plan.spec import load_spec
 
 
@@ -216,9 +217,9 @@ def test_fidelity_end_to_end_spec_loads_and_its_own_target_builds(tmp_path: Path
 
     from tasks.targets import build
 
-    loaded = _load(tmp_path, json.loads(fidelity.e2e_spec(fidelity.E2E_WORKLOADS, seed=0)))
-    assert [e.target for e in loaded.experiments] == [t for _, t, _ in fidelity.E2E_WORKLOADS]
-    work = build("benchmarks.fidelity:gelu_mlp", torch.device("cpu"), {"rows": 8, "dim": 4})
+    loaded = _load(tmp_path, json.loads(workloads.e2e_spec(workloads.E2E_WORKLOADS, seed=0)))
+    assert [e.target for e in loaded.experiments] == [t for _, t, _ in workloads.E2E_WORKLOADS]
+    work = build("benchmarks.fidelity_sections.workloads:gelu_mlp", torch.device("cpu"), {"rows": 8, "dim": 4})
     assert work.fn(*work.inputs).shape == (8, 4)
 
 
@@ -228,10 +229,10 @@ def test_fidelity_e2e_judges_the_median_of_each_runs_own_ratio() -> None:
     (1.00 here) can hide a side that read 5.3% slow against its own reference in most runs."""
     ours = {(0, "eager"): [0.9, 1.2, 1.0], (0, "compiled"): [0.5, 0.5, 0.5]}
     refs = {(0, "eager"): [1.0, 1.1, 0.95], (0, "compiled"): [0.5, 0.51, 0.49]}
-    eager, compiled = fidelity.e2e_table(["w"], ours, refs)[2:]
+    eager, compiled = tables.e2e_table(["w"], ours, refs)[2:]
     assert "| 1.053 | 0.900, 1.091, 1.053 | OUT (±5%) |" in eager
     assert compiled.endswith("| 1.000 | 1.000, 0.980, 1.020 | ok |")
-    assert fidelity.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"
+    assert tables.e2e_table(["w"], {}, {})[2] == "| w | eager | - | - | - | - | - | - | no result |"
 
 
 def test_fidelity_inprocess_runs_the_whole_procedure_in_the_reference_process_and_times_both_after_it(
@@ -240,10 +241,10 @@ def test_fidelity_inprocess_runs_the_whole_procedure_in_the_reference_process_an
     """The reference process answers an experiment through compilebench's procedure (both sides timed),
     then times its own callables again and runs the experiment once more, in the same process."""
     workload = ("seed.foo 16x16", "seed.foo", {"shape": [16, 16]})
-    payload = fidelity.e2e_payload(workload, tmp_path, seed=0)
-    assert payload["target"] == "seed.foo" and payload["timing"]["repeats_ms"] == fidelity.E2E_TIMING["repeats_ms"]
+    payload = workloads.e2e_payload(workload, tmp_path, seed=0)
+    assert payload["target"] == "seed.foo" and payload["timing"]["repeats_ms"] == workloads.E2E_TIMING["repeats_ms"]
     payload["timing"] = {"warmup_ms": 5, "repeats_ms": 20}
-    with fidelity.Reference("seed.foo", {"shape": [16, 16]}, 1, 0, None) as ref:
+    with reference.Reference("seed.foo", {"shape": [16, 16]}, 1, 0, None) as ref:
         ours = ref.ask({"experiment": payload})
         theirs = ref.time(1, 0.02)
         again = ref.ask({"experiment": payload})
@@ -257,16 +258,16 @@ def test_fidelity_drift_pairs_neighbouring_windows_of_two_identical_processes() 
     range 1.0-1.1, half within 3%, and each process's own movement is shown apart."""
     a = [{"eager": 1.1 if k % 2 else 1.0, "compiled": 0.5} for k in range(6)]
     b = [{"eager": 1.0, "compiled": 0.5 * (1 + k / 10)} for k in range(6)]
-    eager, compiled = fidelity.drift_rows("w", {"a": a, "b": b})
+    eager, compiled = tables.drift_rows("w", {"a": a, "b": b})
     assert eager.startswith("| w | eager | 1.050 [") and eager.endswith("| 1.000-1.100 | 3/6 | 3/6 | 1.10x | 1.00x |")
     assert compiled.endswith("| 0.667-1.000 | 1/6 | 1/6 | 1.00x | 1.50x |")
-    assert len(fidelity.drift_header()[0].split("|")) == len(eager.split("|"))
+    assert len(tables.drift_header()[0].split("|")) == len(eager.split("|"))
 
 
 def test_fidelity_fragment_heap_keeps_every_other_tensor_of_its_mixed_sizes_alive() -> None:
-    kept = fidelity.fragment_heap(count=20, passing=3)
+    kept = reference.fragment_heap(count=20, passing=3)
     assert len(kept) == 10
-    assert {t.numel() * 4 for t in kept} <= set(fidelity.HEAP_SIZES)
+    assert {t.numel() * 4 for t in kept} <= set(reference.HEAP_SIZES)
     assert all(bool((t == 1).all()) for t in kept)  # written, so that their pages were touched
 
 

@@ -1,724 +1,93 @@
-"""The data that crosses between driver and worker: one experiment in, one result out.
+"""The data that crosses between driver and worker, under one short name: one experiment in, one result out.
 
-Both sides validate with these models; what travels through Ray is their plain JSON
-form (``model_dump(mode="json")``), never pydantic objects or exception objects.
+The models live in ``tasks.experiment`` (the inputs: an experiment and its configs) and
+``tasks.result`` (the outputs: a result and its parts); this module re-exports both, so that the
+many modules on either side that use some of each keep one short import
+(``from tasks.models import Experiment, Result``). It imports those two and nothing else.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Any, Literal
+from tasks.experiment import (
+    DEFAULT_MAX_EXPERIMENTS,
+    DEFAULT_MAX_RSS_GROWTH_MB,
+    FRESH_PROCESS_CACHES,
+    AllocatorSetting,
+    CacheState,
+    CheckConfig,
+    CheckReference,
+    Closed,
+    CompileConfig,
+    CompileMethod,
+    CompileScope,
+    DecisionConfig,
+    Device,
+    Experiment,
+    Optimizer,
+    Phase,
+    Precision,
+    ReplayConfig,
+    Resources,
+    TimingConfig,
+    TimingMethod,
+    WorkerLimits,
+)
+from tasks.result import (
+    Calibration,
+    CheckInfo,
+    CompileCache,
+    ErrorInfo,
+    GpuState,
+    Measurement,
+    ReplayResult,
+    Result,
+    SampleStats,
+    ShapeTiming,
+    SideTiming,
+    Status,
+    TraceInfo,
+    WorkerInfo,
+    WorkInfo,
+    result_identity,
+)
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
-
-Device = Literal["auto", "cuda", "cpu"]
-Status = Literal[
-    "ok",  # timed, and correct (or not checkable: ``correct`` is then None)
-    "compile_error",  # the first compiled call raised
-    "runtime_error",  # the target, its inputs or the eager side raised; or the device cannot run it
-    "incorrect",  # compiled output failed the correctness check; still timed
-    "timeout",  # passed ``timeout_s``; its worker was killed and replaced
-    "crashed",  # the worker process died, or its node was lost, on every attempt
-    "oom",  # torch.OutOfMemoryError anywhere in the experiment; not retried
-    "unschedulable",  # no node of the cluster can ever hold the reservation
+__all__ = [
+    "DEFAULT_MAX_EXPERIMENTS",
+    "DEFAULT_MAX_RSS_GROWTH_MB",
+    "FRESH_PROCESS_CACHES",
+    "AllocatorSetting",
+    "CacheState",
+    "Calibration",
+    "CheckConfig",
+    "CheckInfo",
+    "CheckReference",
+    "Closed",
+    "CompileCache",
+    "CompileConfig",
+    "CompileMethod",
+    "CompileScope",
+    "DecisionConfig",
+    "Device",
+    "ErrorInfo",
+    "Experiment",
+    "GpuState",
+    "Measurement",
+    "Optimizer",
+    "Phase",
+    "Precision",
+    "ReplayConfig",
+    "ReplayResult",
+    "Resources",
+    "Result",
+    "SampleStats",
+    "ShapeTiming",
+    "SideTiming",
+    "Status",
+    "TimingConfig",
+    "TimingMethod",
+    "TraceInfo",
+    "WorkInfo",
+    "WorkerInfo",
+    "WorkerLimits",
+    "result_identity",
 ]
-CompileMethod = Literal["torch_compile", "module_compile"]
-CacheState = Literal["cold", "warm", "shared"]
-FRESH_PROCESS_CACHES: tuple[CacheState, ...] = ("cold", "shared")  # run in a fresh process, empty cache dirs
-CompileScope = Literal["model", "step"]
-Phase = Literal["inference", "training"]
-Precision = Literal["fp32", "tf32", "bf16", "fp16", "amp_bf16", "amp_fp16"]
-Optimizer = Literal["sgd", "adamw"]
-TimingMethod = Literal["wall", "events"]
-AllocatorSetting = Literal["steady", "system"]
-CheckReference = Literal["fp64", "eager"]
-
-
-class Closed(BaseModel):
-    """A spec model that rejects unknown fields and cannot be changed once built."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class CompileConfig(Closed):
-    """Arguments of ``torch.compile`` (or ``nn.Module.compile``) for one experiment."""
-
-    backend: str = Field(
-        default="inductor", description="torch.compile backend: inductor, aot_eager, eager, cudagraphs, ..."
-    )
-    mode: str | None = Field(
-        default=None,
-        description="inductor mode: default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs, lite",
-    )
-    fullgraph: bool = Field(default=False, description="fail on any graph break instead of splitting the graph")
-    dynamic: bool | None = Field(
-        default=None, description="dynamic shapes: true, false (static), or null (torch decides on a recompile)"
-    )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="inductor config passed as torch.compile(options=...); not with mode"
-    )
-    method: CompileMethod = Field(
-        default="torch_compile",
-        description="'torch_compile': torch.compile(target); 'module_compile': module.compile() in place",
-    )
-    cache: CacheState = Field(
-        default="warm",
-        description="'warm': primed: the same compile runs once first, then in-memory caches are cleared, so the "
-        "measured compile loads its artifacts from the on-disk caches; 'cold': a fresh process and empty "
-        "inductor/Triton caches, for a true cold-start compile latency (misses only); 'shared': as cold, but "
-        "first loading the artifacts stored for this compile in the run's shared cache (run --compile-cache) "
-        "and storing what it produced there, so that a compile done once on any node serves every other",
-    )
-    scope: CompileScope = Field(
-        default="model",
-        description="'model': compile the target (a training step runs loss, backward and optimizer eagerly "
-        "around it); 'step': compile the whole step (forward, loss, backward, optimizer)",
-    )
-    mark_dynamic: list[tuple[int, int]] = Field(
-        default_factory=list,
-        description="[input_index, dim] pairs: torch._dynamo.mark_dynamic(inputs[input_index], dim) before the "
-        "compiled calls of a replay, so that the dimension is compiled dynamic from the first call",
-    )
-
-    @field_validator("mark_dynamic")
-    @classmethod
-    def _pairs_are_indices(cls, value: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        negative = [list(pair) for pair in value if min(pair) < 0]
-        if negative:
-            raise ValueError(f"[input_index, dim] pairs are counted from 0, got {negative[0]}")
-        if len(set(value)) < len(value):
-            raise ValueError("a [input_index, dim] pair is given twice")
-        return value
-
-    @field_validator("mode")
-    @classmethod
-    def _default_mode_is_none(cls, value: str | None) -> str | None:
-        return None if value == "default" else value  # one spelling, one id, one label
-
-    def label(self) -> str:
-        """A short human name, unique per configuration: ``inductor:max-autotune+fullgraph``."""
-        parts = [self.backend + (f":{self.mode}" if self.mode else "")]
-        if self.fullgraph:
-            parts.append("fullgraph")
-        if self.dynamic is not None:
-            parts.append("dynamic" if self.dynamic else "static")
-        if self.method != "torch_compile":
-            parts.append(self.method)
-        if self.scope != "model":
-            parts.append(f"scope={self.scope}")
-        if self.options:
-            parts.append("options=" + _digest(self.options, 6))
-        if self.mark_dynamic:
-            parts.append("mark_dynamic=" + ",".join(f"{i}:{d}" for i, d in self.mark_dynamic))
-        if self.cache != "warm":
-            parts.append(self.cache)
-        return "+".join(parts)
-
-    @property
-    def cudagraphs(self) -> bool:
-        """Whether inductor will record CUDA graphs (``reduce-overhead``, ``max-autotune``)."""
-        if self.backend == "cudagraphs":
-            return True
-        if self.backend != "inductor":
-            return False
-        return self.mode in ("reduce-overhead", "max-autotune") or bool(self.options.get("triton.cudagraphs"))
-
-
-class TimingConfig(Closed):
-    """How many untimed warmup calls precede how many timed samples, per side.
-
-    ``warmup_ms``/``repeats_ms`` are budgets that replace the counts: as many calls as fit,
-    from an estimate of one call (as Triton's ``do_bench`` does); a count and a budget for the
-    same thing together are an error. Neither given: by device (``tasks.timers.plan``): 3 and
-    10 on the CPU, do_bench's 25 ms and 100 ms (at least 10 samples) on CUDA.
-    ``flush_l2`` zeroes a buffer larger than L2 before each timed CUDA call.
-    """
-
-    warmup: int | None = Field(default=None, ge=0, description="None: by device (3 on the CPU, 25 ms on CUDA)")
-    repeats: int | None = Field(default=None, ge=1, description="None: by device (10 on the CPU, 100 ms on CUDA)")
-    warmup_ms: float | None = Field(default=None, gt=0, description="warmup time budget per side, in ms")
-    repeats_ms: float | None = Field(default=None, gt=0, description="timing budget per side, in ms")
-    flush_l2: bool = Field(default=False, description="CUDA: zero a buffer larger than L2 before each timed call")
-    method: TimingMethod | None = Field(
-        default=None,
-        description="CUDA only: 'wall' (perf_counter between two synchronisations: what a user waits for, "
-        "host overhead included; the default) or 'events' (device time between CUDA events).",
-    )
-    allocator: AllocatorSetting = Field(
-        default="steady",
-        description="'steady': glibc's malloc held to heap-only, never trimmed, in scheduled workers; "
-        "'system': left as the C library sets it.",
-    )
-
-    @field_validator("warmup_ms", "repeats_ms")
-    @classmethod
-    def _count_or_budget(cls, value: float | None, info: ValidationInfo) -> float | None:
-        count = info.field_name.removesuffix("_ms") if info.field_name else ""
-        if value is not None and info.data.get(count) is not None:
-            raise ValueError(f"cannot be combined with timing.{count} (give a count or a time budget, not both)")
-        return value
-
-
-class CheckConfig(Closed):
-    """How the compiled side's outputs (and, in training, gradients) are judged against eager."""
-
-    enabled: bool = Field(default=True, description="compare the compiled outputs with the reference")
-    rtol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
-    atol: float | None = Field(default=None, ge=0, description="None: the default for the output's dtype")
-    reference: CheckReference = Field(
-        default="fp64",
-        description="'fp64': judge both sides against a float64 run of the eager target (as PyTorch's "
-        "dynamo harness does); 'eager': compare compiled with eager directly.",
-    )
-
-
-class Resources(Closed):
-    """What one experiment reserves on its node. ``None`` means: derive from the device."""
-
-    gpus: int | None = Field(default=None, ge=0, description="GPUs to reserve; None: one for a GPU experiment")
-    cpus: int | None = Field(
-        default=None, ge=1, description="CPU cores to reserve; None: derived from the device (all of a node for CPU)"
-    )
-
-
-DEFAULT_MAX_EXPERIMENTS = 200  # per worker process: see WorkerLimits for the measurement behind it
-DEFAULT_MAX_RSS_GROWTH_MB = 4096.0  # MiB a worker may gain since it started: ditto
-
-
-class WorkerLimits(Closed):
-    """When a long-lived worker is replaced by a fresh process, after the experiment that crossed a limit.
-
-    A process that ran many experiments keeps what ``reset`` cannot give back: inductor's
-    generated modules in ``sys.modules`` (frozen out of garbage collection), allocator arenas,
-    cuDNN's autotuner cache. Measured on a 2-core CPU machine with torch 2.13
-    (``python benchmarks/worker_growth.py -n 300 -k 25``: the tutorial's six targets compiled
-    by inductor, each with a shape of its own, one after another on one worker): the first 25
-    experiments add 147 MiB and 875 modules (imports every later experiment uses); after them
-    each adds 0.95 MiB, 2.3 modules and 1,400 frozen objects, linearly, while the reset stays
-    at 3-7 ms and experiments take no longer. A replacement (a new process, its ``Worker``, and
-    the first experiment's extra cost) took 11 s, against a median experiment of 1.2 s.
-
-    So ``max_experiments`` defaults to 200, the smallest count at which replacements cost under
-    5% of the time of the tutorial's small experiments (4.5%; 9% at 100, 36% at 25); by then a
-    worker carries about 170 MiB and 400 modules beyond its warm-up. ``max_rss_growth_mb``
-    defaults to 4096 MiB, over ten times what a worker gained in 200 such experiments (316 MiB,
-    warm-up included): it catches a leak, not ordinary use. (The heap an experiment freed is given
-    back to the system at each reset, ``tasks.isolation.trim_heap``, so it does not count.)
-    """
-
-    max_experiments: int | None = Field(
-        default=None,
-        ge=1,
-        description=f"experiments a worker runs in its own process before it is replaced; None: the run's "
-        f"setting (compilebench run --worker-max-experiments), else {DEFAULT_MAX_EXPERIMENTS}",
-    )
-    max_rss_growth_mb: float | None = Field(
-        default=None,
-        gt=0,
-        description=f"MiB of resident memory a worker may gain since it started before it is replaced; None: "
-        f"the run's setting (compilebench run --worker-max-rss-growth-mb), else {DEFAULT_MAX_RSS_GROWTH_MB:g}",
-    )
-
-
-class ReplayConfig(Closed):
-    """Shape traffic to replay (``tasks.replay``): ``calls`` calls drawn, with the experiment's seed, from
-    the target built at each of ``values`` of its parameter ``param``, value i with probability
-    ``weights[i] / sum(weights)`` (uniform when ``weights`` is None)."""
-
-    param: str = Field(description="the target's parameter whose values the calls vary (e.g. 'seq')")
-    values: list[Any] = Field(min_length=1, description="the parameter's values, one build of the target each")
-    weights: list[float] | None = Field(
-        default=None, description="relative frequency of each value in the traffic, all > 0; None: uniform"
-    )
-    calls: int = Field(ge=1, description="calls in the replayed sequence")
-
-    @field_validator("values")
-    @classmethod
-    def _distinct_values(cls, value: list[Any]) -> list[Any]:
-        seen = [json.dumps(v, sort_keys=True, default=str) for v in value]
-        repeated = next((v for v, key in zip(value, seen, strict=True) if seen.count(key) > 1), None)
-        if repeated is not None:
-            raise ValueError(f"{repeated!r} is given twice (weigh a value with weights, not by repeating it)")
-        return value
-
-    @field_validator("weights")
-    @classmethod
-    def _one_positive_weight_per_value(cls, value: list[float] | None, info: ValidationInfo) -> list[float] | None:
-        if value is None:
-            return value
-        values = info.data.get("values")
-        if values is not None and len(value) != len(values):
-            raise ValueError(f"{len(value)} weights for {len(values)} values (give one weight per value)")
-        bad = [w for w in value if not 0 < w < float("inf")]
-        if bad:
-            raise ValueError(f"every weight must be a finite number > 0, got {bad[0]!r}")
-        return value
-
-
-class DecisionConfig(Closed):
-    """How the summary decides what to ship for a group (``orchestrator.report.decision``).
-
-    Without it, the configuration with the highest lower 95% bound of speedup, if that bound exceeds
-    1.0. With ``calls``, the one that serves that many calls in the least time, its compile included
-    (compile + calls x per-call time, against eager's calls x per-call time).
-    """
-
-    calls: int = Field(
-        ge=1,
-        description="calls the compiled program will serve (per process, per compile): the recommendation "
-        "minimises compile + calls x per-call time, so a configuration whose compile does not pay for itself "
-        "within this many calls is not recommended",
-    )
-
-
-class Experiment(Closed):
-    """One fully resolved experiment: a target, its inputs and one compile configuration."""
-
-    target: str = Field(
-        description="a built-in target (`compilebench tasks` lists them) or 'package.module:factory' for your own"
-    )
-    params: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the target's factory")
-    device: Device = Field(
-        default="auto", description="'auto': CUDA where the worker has a GPU, else the CPU; or 'cuda', 'cpu'"
-    )
-    resources: Resources = Field(default_factory=Resources, description="what the experiment reserves on its node")
-    compile: CompileConfig = Field(default_factory=CompileConfig, description="arguments of torch.compile")
-    timing: TimingConfig = Field(default_factory=TimingConfig, description="warmup and timed calls per side")
-    seed: int = Field(default=0, description="seeds torch's RNG before the target's factory runs")
-    phase: Phase = Field(
-        default="inference", description="'inference': forward only; 'training': forward, backward (and optimizer)"
-    )
-    precision: Precision = Field(
-        default="fp32", description="fp32, tf32, bf16, fp16 (the target cast), or amp_bf16/amp_fp16 (autocast)"
-    )
-    optimizer: Optimizer | None = Field(default=None, description="training only: an optimizer step after backward")
-    check: CheckConfig = Field(default_factory=CheckConfig, description="how compiled outputs are judged correct")
-    timeout_s: float = Field(default=1800.0, gt=0, description="seconds for the whole experiment, compile included")
-    retries: int = Field(default=1, ge=0, description="re-runs on a fresh worker after the worker process died")
-    worker: WorkerLimits = Field(
-        default_factory=WorkerLimits,
-        description="when the worker that ran this experiment is replaced by a fresh process after it",
-    )
-    gpu_model: str | None = Field(
-        default=None,
-        description="the GPU model to run on (a node's accelerator_type); None: any GPU. A spec's "
-        "'gpu_models' list (or 'all') expands into one experiment per model.",
-    )
-    replicates: int = Field(
-        default=1,
-        ge=1,
-        description="how many times the experiment runs, each time in another worker process (on another GPU of "
-        "the same model where one is free): the between-run spread the summary and compare judge by",
-    )
-    replay: ReplayConfig | None = Field(
-        default=None,
-        description="replay shape traffic instead of timing one shape: calls drawn from weighted values of a "
-        "parameter, served eagerly and compiled from the first call, compiles and recompiles included",
-    )
-    decision: DecisionConfig | None = Field(
-        default=None,
-        description="how the summary decides what to ship: {calls: N} weighs the compile against N calls; "
-        "None: the highest lower 95% bound of speedup. Not part of the experiment's id (it measures the same)",
-    )
-    trace: bool = Field(
-        default=False,
-        description="record torch's structured compile trace (what TORCH_TRACE writes, read by tlparse) of the "
-        "measured compile, stored beside the report in REPORT.traces/<id>-r<replicate>/ with tlparse's HTML where "
-        "tlparse is installed. The trace is written while the compile runs: a traced run's compile latency "
-        "includes its cost. Not part of the experiment's id (it measures the same compile)",
-    )
-
-    @field_validator("target")
-    @classmethod
-    def _target_syntax(cls, value: str) -> str:
-        if not value or value != value.strip():
-            raise ValueError("must be a built-in target name or 'package.module:factory'")
-        if ":" in value:
-            module, _, attr = value.partition(":")
-            if not module or not attr or not all(p.isidentifier() for p in module.split(".")):
-                raise ValueError(f"'{value}' is not an import path of the form 'package.module:factory'")
-        return value
-
-    @property
-    def id(self) -> str:
-        """Stable identity: a hash of the fields that differ from their defaults (same spec, same id,
-        on any machine; a field added later with a default leaves existing ids as they were). When a
-        worker is replaced (``worker``) is how it ran, not what it measures, and every replicate of an
-        experiment measures the same thing (``replicates``); how its result is weighed (``decision``)
-        and whether its compile is traced (``trace``) do not change what it measures either: none of them
-        is part of the id."""
-        exclude = {"worker", "replicates", "decision", "trace"}
-        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude=exclude), 12)
-
-
-class ErrorInfo(BaseModel):
-    """An exception reduced to plain strings, so it survives any process boundary."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    type: str
-    message: str
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, limit: int = 4000) -> ErrorInfo:
-        kind = type(exc)
-        return cls(type=f"{kind.__module__}.{kind.__qualname__}", message=str(exc)[:limit])
-
-
-class SampleStats(BaseModel):
-    """What ``tasks.stats.describe`` derives from a list of samples."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    median_ms: float
-    min_ms: float
-    mean_ms: float
-    iqr_ms: float
-    n: int
-    noisy: bool
-
-
-class SideTiming(SampleStats):
-    """Raw timings of one side (eager or compiled) and how they were taken.
-
-    ``samples_ms`` are per-call times (a block's time divided by ``block_size``); the
-    statistics are derived from them by ``tasks.stats.describe``, never measured apart.
-    ``device_samples_ms`` (CUDA) are the device times of the same calls, from events inside
-    the synchronised window; ``host_bound`` when wall time exceeds device time by over 20%.
-    """
-
-    first_call_ms: float
-    samples_ms: list[float]
-    warmup: int
-    block_size: int = 1
-    peak_memory_bytes: int | None = None
-    device_samples_ms: list[float] | None = None
-    host_bound: bool | None = None
-
-
-class GpuState(BaseModel):
-    """What NVML says about the GPU at one moment: the conditions a timer cannot control."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    sm_clock_mhz: int | None = None
-    memory_clock_mhz: int | None = None
-    temperature_c: int | None = None
-    power_w: float | None = None
-
-
-class Measurement(BaseModel):
-    """How the numbers of a result were taken, and what the timer could not control."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    timer: Literal["perf_counter", "cuda_events", "wall"]
-    interleaved: bool = True
-    flush_l2: bool = False
-    cudagraphs: bool = False
-    cache: CacheState = "warm"
-    cache_dir: str | None = None
-    fresh_process: bool = False  # no experiment ran in this process before: nothing compiled in memory
-    cores: list[int] = Field(default_factory=list)
-    exclusive_cores: bool = False
-    compile_threads: int | None = None
-    allocator: str | None = None  # how the C allocator was set for timing, if it was
-    gpu_before: GpuState | None = None
-    gpu_after: GpuState | None = None
-    cudagraphs_used: bool | None = None  # reduce-overhead: whether inductor really replayed CUDA graphs
-    cudagraph_skips: list[str] = Field(default_factory=list)  # why inductor skipped them, if it did
-    inputs_mutated: bool = False  # the target mutates its inputs: fresh copies before each call, untimed
-
-
-class Calibration(BaseModel):
-    """What one worker's device measured on a fixed probe before its first experiment (``run --calibrate``).
-
-    On a GPU: a GEMM's TFLOP/s in fp32 and bf16 and a device-to-device copy's GB/s, timed with
-    CUDA events (``figures``: ``fp32_tflops``, ``bf16_tflops``, ``copy_gbps``), with NVML's clocks,
-    temperature and throttle reasons where available (``conditions``). On a CPU: a matmul's
-    GFLOP/s and a memory copy's GB/s (``matmul_gflops``, ``copy_gbps``) on the worker's cores.
-    ``slow`` and ``slow_reasons`` are derived by the driver against the median of every entry of
-    the same ``model`` (``orchestrator.machines.calibration``), never measured.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str  # unique per device: "<node id[:8]>/gpu<id>" or "<node id[:8]>/cpu<cores>" (e.g. cpu0-1, cpu0,2-3)
-    node_id: str | None = None
-    hostname: str
-    device: Literal["cuda", "cpu"]
-    gpu_id: str | None = None
-    model: str  # the GPU model (as results name it) or "CPU (<cpu model>)"
-    figures: dict[str, float]  # higher is faster, every one
-    conditions: dict[str, Any] = Field(default_factory=dict)  # clocks, temperature, power, throttle reasons
-    seconds: float = 0.0  # how long the probe took
-    slow: bool = False
-    slow_reasons: list[str] = Field(default_factory=list)
-
-
-class WorkerInfo(BaseModel):
-    """Where an experiment ran: which host, process, GPU and how many CPU threads."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    hostname: str
-    node_id: str | None = None
-    pid: int
-    gpu_ids: list[str] = Field(default_factory=list)
-    gpu_name: str | None = None
-    cpu_model: str | None = None
-    threads: int
-    gpu_model: str | None = None  # the node's accelerator_type, else the CUDA device name
-    versions: dict[str, str] = Field(default_factory=dict)  # torch, triton, cuda, driver, compilebench, git
-    experiments_before: int | None = None  # experiments this process ran before this one (0: a fresh process)
-    calibration: Calibration | None = None  # its device's probe (run --calibrate): environment.calibration's entry
-
-
-class CheckInfo(BaseModel):
-    """How a result's correctness was judged, and the worst error seen.
-
-    ``method``: ``fp64_rmse`` (compiled vs a float64 reference, allowed ``multiplier`` x eager's
-    own RMSE + tol/10, after an allclose check), ``allclose`` (compiled vs eager within
-    ``rtol``/``atol``), ``cosine`` (where no float64 run was possible), ``equal`` (non-floating
-    outputs only), ``none`` (not checked: ``Result.check_note`` says why).
-    """
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    method: Literal["fp64_rmse", "allclose", "cosine", "equal", "none"]
-    rtol: float | None = None
-    atol: float | None = None
-    multiplier: float | None = None
-    max_abs_error: float | None = None
-    max_rel_error: float | None = None
-    rmse_compiled: float | None = None
-    rmse_eager: float | None = None
-    compared: list[str] = Field(default_factory=list)  # what was compared: outputs, loss, gradients
-    eager_deterministic: bool | None = None  # two eager runs gave the same outputs
-    worst: str | None = None  # where the worst error was: a path into the output structure
-    fallback_random: bool = False  # judged on a compile of its own with inductor's fallback_random
-    compile_latency_s: float | None = None  # the first call of that compile, apart from the timed one's
-
-
-class CompileCache(BaseModel):
-    """What the measured compile took from the compile caches, per layer, from torch's counters.
-
-    ``state`` is what the experiment asked for: ``warm`` (primed: the same compile ran once
-    before, then every in-memory cache was cleared, so the measured compile loads from disk)
-    or ``cold`` (a fresh process with empty cache directories: misses only). The counts are per
-    compiled graph: ``fxgraph_*`` is inductor's FX graph cache, ``autograd_*`` AOTAutograd's
-    cache; ``other`` holds any further cache counter torch kept (Triton, autotuning), by name.
-
-    ``shared`` (a cold start that first loads from the run's shared cache, ``tasks.shared_cache``):
-    ``shared_key`` is the key the artifacts were looked up and stored under; ``loaded`` whether
-    torch took artifacts stored there (``loaded_bytes`` of them, ``loaded_artifacts`` cache
-    entries, in ``load_s`` seconds, before anything compiled); ``stored_bytes`` what this run
-    stored there after it compiled (0: nothing new to store); ``shared_note`` why nothing was
-    loaded or stored, where that is so. The counts above then say what the load served.
-
-    ``isa_probe_s`` (a fresh process on a CPU, inductor): inductor's once-per-process probe of the
-    CPU's vector instructions, run before the measured compile and not counted in its latency.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    state: CacheState
-    primed: bool = False
-    fxgraph_hit: int = 0
-    fxgraph_miss: int = 0
-    fxgraph_bypass: int = 0
-    autograd_hit: int = 0
-    autograd_miss: int = 0
-    autograd_bypass: int = 0
-    other: dict[str, int] = Field(default_factory=dict)
-    shared_key: str | None = None
-    loaded: bool = False
-    loaded_bytes: int = 0
-    loaded_artifacts: int = 0
-    load_s: float | None = None
-    stored_bytes: int = 0
-    shared_note: str | None = None
-    isa_probe_s: float | None = None
-
-    @property
-    def outcome(self) -> Literal["hit", "miss", "mixed", "bypass", "none"]:
-        """``hit``: every graph loaded from the caches; ``miss``: every graph compiled anew;
-        ``mixed``: some of each; ``bypass``: the caches were not used; ``none``: no inductor
-        graph was compiled (another backend)."""
-        hits = self.fxgraph_hit + self.autograd_hit
-        misses = self.fxgraph_miss + self.autograd_miss
-        if hits and misses:
-            return "mixed"
-        if hits:
-            return "hit"
-        if misses:
-            return "miss"
-        return "bypass" if self.fxgraph_bypass or self.autograd_bypass else "none"
-
-    @property
-    def label(self) -> str:
-        """``warm: hit``, ``cold: miss``: what was asked and what happened."""
-        return f"{self.state}: {self.outcome}"
-
-
-class TraceInfo(BaseModel):
-    """The structured compile trace of a traced experiment (``trace: true``): where it is, or why it is not.
-
-    The worker records torch's structured trace of the measured compile (``tasks.tracing``: what
-    ``TORCH_TRACE`` writes) and sends its files with the result, packed in ``archive``; the driver
-    unpacks them beside the report (``orchestrator.store.traces``) and empties ``archive``. Paths are
-    relative to the report's folder: ``dir`` (``REPORT.traces/<experiment id>-r<replicate>``),
-    ``log_files`` (torch's ``dedicated_log_torch_trace_*.log``), ``html`` (tlparse's ``index.html``,
-    where tlparse is installed on the driver). ``bytes``: the logs' size, uncompressed. ``error``:
-    why a part is missing (nothing recorded, too large to send, not stored, not rendered), else None.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    dir: str | None = None
-    log_files: list[str] = Field(default_factory=list)
-    html: str | None = None
-    bytes: int = 0
-    archive: str | None = None  # in transit only: the trace folder as a base64 gzip tar, until the driver stores it
-    error: str | None = None
-
-
-class WorkInfo(BaseModel):
-    """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    flops: int | None = None
-    bytes: int | None = None
-
-
-class ShapeTiming(BaseModel):
-    """One value of a replay's parameter: its share of the traffic and its steady-state times.
-
-    ``eager_ms``/``compiled_ms`` are the medians (``tasks.stats.describe``) of the warm pass's
-    samples, kept beside them; ``drawn`` is how many calls of the replayed sequence took this value.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    value: Any
-    weight: float  # normalised: the weights of a replay sum to 1
-    drawn: int = 0
-    eager_ms: float
-    compiled_ms: float
-    eager_samples_ms: list[float] = Field(default_factory=list)
-    compiled_samples_ms: list[float] = Field(default_factory=list)
-
-
-class ReplayResult(BaseModel):
-    """What a replay of shape traffic measured (``tasks.replay``).
-
-    First pass (the seeded sequence of ``calls`` calls, served once by each side, the sides taking
-    turns a block of calls at a time, each call timed alone): ``total_ms`` per side (``eager``,
-    ``compiled``), the compiled side's compiles included; ``compile_s``, the calls of the compiled
-    pass during which Dynamo compiled (each such call's whole wall time, as
-    ``Result.compile_latency_s`` is); ``compiles``, those calls, and ``recompiles``, those after
-    the first call; the guard failures Dynamo gave for them (``recompile_reasons``) and whether its
-    recompile limit was hit (after which it runs the frame eagerly); ``cumulative_ms`` per side
-    after each of the calls ``cumulative_at`` (1-based, at most ``tasks.replay.CUMULATIVE_POINTS``
-    of them, the first and the last among them). Warm pass: ``per_shape``. Derived
-    (``tasks.replay``): ``weighted_speedup``, the steady-state speedup weighted by traffic,
-    sum(w eager) / sum(w compiled), and its 95% bootstrap interval over the warm samples
-    (``weighted_speedup_ci``); ``break_even_calls``, ``compile_s`` over the traffic-weighted time a
-    compiled call saves (None where compiled is not faster).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    param: str
-    calls: int
-    total_ms: dict[str, float]
-    compile_s: float
-    compiles: int = 0
-    recompiles: int = 0
-    recompile_reasons: list[str] = Field(default_factory=list)
-    recompile_limit_hit: bool = False
-    per_shape: list[ShapeTiming] = Field(default_factory=list)
-    weighted_speedup: float | None = None
-    weighted_speedup_ci: tuple[float, float] | None = None
-    break_even_calls: float | None = None
-    cumulative_at: list[int] = Field(default_factory=list)
-    cumulative_ms: dict[str, list[float]] = Field(default_factory=dict)
-
-
-class Result(BaseModel):
-    """What one experiment produced, success or failure."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
-    experiment_id: str
-    target: str
-    params: dict[str, Any]
-    device: Literal["cuda", "cpu"] | None
-    compile: CompileConfig
-    timing: TimingConfig
-    seed: int
-    phase: Phase = "inference"
-    precision: Precision = "fp32"
-    gpu_model: str | None = None  # requested (None: any); the one used is worker.gpu_model
-    replicate: int = 0  # which run of the experiment (0 .. replicates-1); each ran in another worker process
-    attempts: int = 1
-    lost_nodes: int = 0  # attempts that ended with the loss of their node (counted in attempts, not against retries)
-    status: Status
-    error: ErrorInfo | None = None
-    eager: SideTiming | None = None
-    compiled: SideTiming | None = None
-    compile_latency_s: float | None = None  # the measured compile's first call; compile_cache says how it was served
-    compile_cache: CompileCache | None = None
-    speedup: float | None = None  # eager / compiled medians; a replay's: its weighted_speedup (traffic-weighted)
-    speedup_ci: tuple[float, float] | None = None
-    memory_ratio: float | None = None  # eager peak / compiled peak (PyTorch's "compression ratio")
-    compile_breakdown: dict[str, float] = Field(default_factory=dict)  # seconds, where torch reports them
-    graphs_compiled: int | None = None
-    recompiled: bool = False
-    recompile_reasons: list[str] = Field(default_factory=list)
-    graph_count: int | None = None
-    graph_breaks: int | None = None
-    break_reasons: list[str] = Field(default_factory=list)
-    correct: bool | None = None
-    check: CheckInfo | None = None
-    check_note: str | None = None  # why correctness could not be judged, when correct is None
-    work: WorkInfo | None = None
-    inductor_options: dict[str, Any] = Field(default_factory=dict)  # inductor config differing from defaults
-    requested: Resources | None = None  # what the experiment asked for
-    reserved: Resources | None = None  # what the scheduler gave it
-    started_at: float
-    finished_at: float
-    worker: WorkerInfo | None = None
-    measurement: Measurement | None = None
-    traffic: ReplayConfig | None = None  # the shape traffic the experiment asked to replay (Experiment.replay)
-    replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
-    decision: DecisionConfig | None = None  # the experiment's: how the summary weighs compile against calls
-    trace: TraceInfo | None = None  # the measured compile's structured trace (Experiment.trace), beside the report
-
-    @property
-    def config_label(self) -> str:
-        return self.compile.label()
-
-
-def result_identity(exp: Experiment) -> dict[str, Any]:
-    """The fields a ``Result`` copies from the experiment it is the result of."""
-    return {
-        "experiment_id": exp.id,
-        "target": exp.target,
-        "params": exp.params,
-        "compile": exp.compile,
-        "timing": exp.timing,
-        "seed": exp.seed,
-        "phase": exp.phase,
-        "precision": exp.precision,
-        "gpu_model": exp.gpu_model,
-        "decision": exp.decision,
-        "traffic": exp.replay,
-    }
-
-
-def _digest(data: Any, length: int) -> str:
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:length]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.store.storage import StorageError, location, probe_writable
-from tasks.models import Experiment
+from tasks.experiment import Experiment
 
 
 class CompileCacheError(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tasks.models import Experiment
+from tasks.experiment import Experiment
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 

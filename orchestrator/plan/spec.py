@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.plan.sweep import check_path, deep_merge, expand
-from tasks.models import Experiment
+from tasks.experiment import Experiment
 from tasks.targets import TargetError, check_params, params_of, resolve
 
 ALL_GPU_MODELS = "all"  # gpu_models: all; expanded to the cluster's models once connected (api.run)

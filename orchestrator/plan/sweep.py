@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tasks.models import Experiment
+from tasks.experiment import Experiment
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.store.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
-from tasks.models import Result
+from tasks.result import Result
 
 
 class ReportError(ValueError):

@@ -3,6 +3,8 @@ experiment's own process, and the first line of an error for people."""
 
 from __future__ import annotations
 
+from tasks.text import error_line
+
 DIED = "died"  # key of what ``Worker.run`` returns when the experiment's process died: {DIED: ErrorInfo as dict}
 MAX_CAUSES = 16  # links of __cause__/__context__ followed before giving up
 
@@ -22,6 +24,6 @@ def out_of_memory(error: BaseException | None) -> bool:
 
 
 def first_line(e: BaseException) -> str:
-    """The first line of an exception's message, for a one-line note."""
-    text = str(e).strip()
-    return text.splitlines()[0] if text else "no message"
+    """The first line of an exception's message, for a one-line note: ``tasks.text.error_line``, with
+    ``no message`` for an exception without one."""
+    return error_line(e, fallback="no message")

@@ -13,6 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 URL_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")  # RFC 3986's scheme, then "://"
+PROBE_PREFIX = ".compilebench-probe-"  # how a probe file or object is named, on a disk or in a store
 
 
 def local_path(where: str | Path) -> Path | None:
@@ -49,7 +50,7 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
         raise
 
 
-def probe_directory(folder: Path, prefix: str = ".compilebench-probe-") -> None:
+def probe_directory(folder: Path, prefix: str = PROBE_PREFIX) -> None:
     """Create ``folder`` if missing, then write and remove a probe file in it; raises ``OSError`` saying
     why not (a folder that cannot be made, or one this process may not write in)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -37,23 +37,22 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
-from tasks.models import CompileCache, Experiment
+from tasks.experiment import Experiment
+from tasks.files import local_path, write_atomic
+from tasks.result import CompileCache
+from tasks.text import error_line
 
 KEY_FORMAT = 1  # what goes into the key; raise it when that changes, so that older blobs are not looked up
 KEY_LENGTH = 32  # hex digits of sha256 kept: 128 bits
 BLOB_SUFFIX = ".bin"  # LOCATION/<key>.bin: the bytes save_cache_artifacts returned
 ABOUT_SUFFIX = ".json"  # LOCATION/<key>.json: the key's fields, for a person looking at the store
-BLOB_MODE = 0o644  # rw-r--r--: a directory shared by every node's workers reads them (mkstemp gives 0o600)
+BLOB_MODE = 0o644  # rw-r--r--: a directory shared by every node's workers reads them
 
 
 def key_fields(
@@ -136,7 +135,7 @@ class SharedCache:
         try:
             data = read_blob(location, self.key + BLOB_SUFFIX)
         except Exception as e:
-            self.notes.append(f"the shared cache could not be read ({_one_line(e)}): nothing loaded")
+            self.notes.append(f"the shared cache could not be read ({error_line(e, with_type=True)}): nothing loaded")
             return
         if data is None:
             self.notes.append("nothing stored for this key yet")
@@ -145,7 +144,7 @@ class SharedCache:
             info = torch.compiler.load_cache_artifacts(data)
         except Exception as e:
             info = None
-            self.notes.append(f"the stored artifacts did not load ({_one_line(e)}): compiled anew")
+            self.notes.append(f"the stored artifacts did not load ({error_line(e, with_type=True)}): compiled anew")
         else:
             if info is None:
                 self.notes.append(
@@ -165,7 +164,9 @@ class SharedCache:
         try:
             saved = torch.compiler.save_cache_artifacts()
         except Exception as e:
-            self.notes.append(f"the artifacts could not be serialised ({_one_line(e)}): nothing stored")
+            self.notes.append(
+                f"the artifacts could not be serialised ({error_line(e, with_type=True)}): nothing stored"
+            )
             return
         if saved is None:
             self.notes.append("nothing to store: the compile left no cache artifacts (a backend without caches?)")
@@ -178,7 +179,7 @@ class SharedCache:
             write_blob(self.location, self.key + ABOUT_SUFFIX, json.dumps(self.fields, indent=1).encode())
             write_blob(self.location, self.key + BLOB_SUFFIX, data)
         except Exception as e:
-            self.notes.append(f"the artifacts could not be stored ({_one_line(e)})")
+            self.notes.append(f"the artifacts could not be stored ({error_line(e, with_type=True)})")
             return
         self.stored_bytes = len(data)
 
@@ -201,7 +202,7 @@ class SharedCache:
 
 def read_blob(location: str, name: str) -> bytes | None:
     """The object ``name`` under ``location`` (a directory or an fsspec URL); None when there is none."""
-    folder = _local(location)
+    folder = local_path(location)
     if folder is not None:
         path = folder / name
         return path.read_bytes() if path.is_file() else None
@@ -214,35 +215,13 @@ def read_blob(location: str, name: str) -> bytes | None:
 
 def write_blob(location: str, name: str, data: bytes) -> None:
     """Write ``name`` under ``location`` so that a reader sees the old object or the new one, never a part:
-    one PUT on an object store; a temporary file renamed over the old one on a file system."""
-    folder = _local(location)
+    one PUT on an object store; on a file system a temporary file, synced, renamed over the old one
+    (``tasks.files.write_atomic``)."""
+    folder = local_path(location)
     if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
-        try:
-            os.fchmod(fd, BLOB_MODE)
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-            os.replace(tmp, folder / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(folder / name, data, mode=BLOB_MODE)
         return
     import fsspec
 
     fs, root = fsspec.core.url_to_fs(location)
     fs.pipe_file(root.rstrip("/") + "/" + name, data)
-
-
-def _local(location: str) -> Path | None:
-    """The directory of a local ``location`` (a path, or a ``file://`` URL); None for an object store's URL
-    (``s3://``, ``gs://``, ``memory://``...), which fsspec reaches."""
-    scheme, sep, _ = location.partition("://")
-    if not sep or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
-        return Path(location).expanduser()
-    return Path(unquote(urlsplit(location).path)) if scheme.lower() == "file" else None
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__

@@ -9,13 +9,12 @@ none, or one it cannot write, must stop before Ray starts, with one line saying 
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from orchestrator.store.storage import StorageError, location, probe_writable
 from tasks.experiment import Experiment
+from tasks.files import probe_directory
 
 
 class CompileCacheError(ValueError):
@@ -54,10 +53,7 @@ def _writable_directory(path: Path) -> Path:
     if path.exists() and not path.is_dir():
         raise CompileCacheError(f"--compile-cache {path}: exists and is not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".compilebench-probe-", dir=path)
+        probe_directory(path)
     except OSError as e:
         raise CompileCacheError(f"--compile-cache {path}: not writable: {e.strerror or e}") from None
-    os.close(fd)
-    os.unlink(probe)
     return path

@@ -8,8 +8,6 @@ a local folder must take a new file, a store a probe object, written and deleted
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from orchestrator.store.storage import (
@@ -22,6 +20,7 @@ from orchestrator.store.storage import (
     probe_writable,
     problem,
 )
+from tasks.files import probe_directory
 
 
 class OutPathError(ValueError):
@@ -50,11 +49,9 @@ def out_problem(out: str | Path, option: str = "--out") -> str | None:
     except OSError as e:
         return f"{option} {out}: cannot create the folder {folder}: {e.strerror or e}"
     try:
-        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=folder)
+        probe_directory(folder, prefix=f".{path.name}.")
     except OSError as e:
         return f"{option} {out}: cannot write in {folder}: {e.strerror or e}"
-    os.close(fd)
-    os.unlink(probe)
     return None
 
 

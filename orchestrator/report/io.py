@@ -7,8 +7,6 @@ Every function takes a local path or the URL of an object in a store (``orchestr
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,9 @@ from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.store.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
+from tasks.files import write_atomic as write_file_atomic
 from tasks.result import Result
+from tasks.text import validation_line
 
 
 class ReportError(ValueError):
@@ -27,28 +27,16 @@ class ReportError(ValueError):
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` whole or not at all: locally to a temporary file beside ``path``, synced, then
-    renamed over ``path``; to a store in one PUT (an object is replaced whole). Raises ``OSError``
+    """Write ``text`` (UTF-8) whole or not at all: locally to a temporary file beside ``path``, synced, then
+    renamed over ``path``, with an ordinary file's permissions (``tasks.files.write_atomic``); to a store in
+    one PUT (an object is replaced whole). Raises ``TypeError`` for what is not a ``str``, ``OSError``
     (``StorageError`` for a store)."""
+    data = bytes(text, "utf-8")
     where = location(path)
     if isinstance(where, str):
-        write_bytes(where, text.encode("utf-8"))
-        return
-    path = where
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        write_bytes(where, data)
+    else:
+        write_file_atomic(where, data)
 
 
 def write_report(report: Report, path: str | Path) -> None:
@@ -93,18 +81,13 @@ def upgrade(data: dict[str, Any], where: str = "report") -> Report:
         try:
             results.append(Result.model_validate(r))
         except ValidationError as e:
-            raise ReportError(f"{where}: {_first_error(e, ('results', i))}") from None
+            raise ReportError(f"{where}: {validation_line(e, ('results', i))}") from None
     try:
         if data.get("summary") is None:
             data = {**data, "summary": summarize(results).model_dump()}
         return Report.model_validate({**data, "results": results})
     except ValidationError as e:
-        raise ReportError(f"{where}: {_first_error(e, ())}") from None
-
-
-def _first_error(e: ValidationError, prefix: tuple[object, ...]) -> str:
-    err = e.errors()[0]
-    return f"{'.'.join(str(p) for p in (*prefix, *err['loc']))}: {err['msg']}"
+        raise ReportError(f"{where}: {validation_line(e)}") from None
 
 
 def load_journal(path: str | Path) -> Report:

@@ -16,18 +16,19 @@ one line meant for the user.
 from __future__ import annotations
 
 import os
-import re
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
+
+from tasks.files import PROBE_PREFIX, URL_SCHEME, local_path
+from tasks.text import error_line
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
 Location = Path | str  # a local path, or the URL of an object in a store (never a file:// URL)
 
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 CREDENTIALS_HINT = "the store's standard credentials (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
 
 
@@ -35,26 +36,17 @@ class StorageError(OSError):
     """A location that cannot be used as asked; the message is one line meant for the user."""
 
 
-def is_url(location: str | Path) -> bool:
-    """True for a ``scheme://`` string (``file://`` included); a ``Path`` is never a URL."""
-    return isinstance(location, str) and _SCHEME.match(location) is not None
-
-
 def scheme(url: str) -> str:
     """``s3://bucket/key`` → ``s3``; ``""`` for a local path."""
-    match = _SCHEME.match(url)
+    match = URL_SCHEME.match(url)
     return match.group(1).lower() if match else ""
 
 
 def location(where: str | Path) -> Location:
-    """``where`` as a ``Path`` when local (a path, ``~`` expanded, or a ``file://`` URL), else the URL as given."""
-    if isinstance(where, Path):
-        return where.expanduser()
-    if not is_url(where):
-        return Path(where).expanduser()
-    if scheme(where) == "file":
-        return Path(unquote(urlsplit(where).path))
-    return where
+    """``where`` as a ``Path`` when local (a path, ``~`` expanded, or a ``file://`` URL:
+    ``tasks.files.local_path``), else the URL as given."""
+    path = local_path(where)
+    return path if path is not None else where
 
 
 def open_location(url: str) -> tuple[AbstractFileSystem, str]:
@@ -72,9 +64,9 @@ def open_location(url: str) -> tuple[AbstractFileSystem, str]:
                 f"{url}: unknown URL scheme '{scheme(url)}://'; give a local path or an fsspec URL "
                 "such as s3://bucket/key, gs://bucket/key or file:///path"
             ) from None
-        raise StorageError(f"{url}: {_one_line(e)}") from None
+        raise StorageError(f"{url}: {error_line(e)}") from None
     except ImportError as e:
-        raise StorageError(f"{url}: {scheme(url)}:// needs a package that is not installed: {_one_line(e)}") from None
+        raise StorageError(f"{url}: {scheme(url)}:// needs a package that is not installed: {error_line(e)}") from None
 
 
 def join(url: str, name: str) -> str:
@@ -109,12 +101,12 @@ def problem(e: BaseException, url: str) -> str:
     if type(e).__name__ == "NoCredentialsError":  # botocore's, without importing botocore
         return f"{url}: no credentials found; set {CREDENTIALS_HINT}"
     if isinstance(e, PermissionError):
-        return f"{url}: access denied ({_one_line(e)}); check {CREDENTIALS_HINT}"
+        return f"{url}: access denied ({error_line(e)}); check {CREDENTIALS_HINT}"
     if isinstance(e, FileNotFoundError) and "bucket" in str(e).lower():
         return f"{url}: bucket '{bucket_of(url)}' does not exist"
     if isinstance(e, FileNotFoundError):
         return f"{url}: No such file"
-    return f"{url}: {_one_line(e)}"
+    return f"{url}: {error_line(e)}"
 
 
 def probe_writable(folder: str, shown: str | None = None) -> None:
@@ -129,7 +121,7 @@ def probe_writable(folder: str, shown: str | None = None) -> None:
         fs, path = open_location(folder)
     except StorageError as e:
         raise StorageError(str(e).replace(folder, shown, 1)) from None
-    probe = join(path, f".compilebench-probe-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    probe = join(path, f"{PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         fs.pipe_file(probe, b"probe\n")
         fs.rm_file(probe)
@@ -162,8 +154,3 @@ def glob(pattern: str) -> list[str]:
         return sorted(fs.unstrip_protocol(p) for p in fs.glob(path))
     except Exception as e:
         raise StorageError(problem(e, pattern)) from None
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]

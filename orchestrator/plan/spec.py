@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from orchestrator.plan.sweep import check_path, deep_merge, expand
 from tasks.experiment import Experiment
 from tasks.targets import TargetError, check_params, params_of, resolve
+from tasks.text import error_line
 
 ALL_GPU_MODELS = "all"  # gpu_models: all; expanded to the cluster's models once connected (api.run)
 
@@ -130,7 +131,7 @@ def _read(path: Path) -> Any:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        problem = getattr(e, "problem", None) or error_line(e)
         raise SpecError(f"{path.name}: malformed YAML{at}: {problem}") from None
 
 

@@ -42,6 +42,7 @@ import torch
 from tasks.metadata import cpu_model
 from tasks.models import Calibration
 from tasks.nvml import gpu_state, throttle_reasons
+from tasks.text import error_line
 
 # Square GEMM sizes: one call is tens of ms on an H100/H200 (fp32 without tensor cores at ~60 TFLOP/s:
 # 2·8192³ = 1.1 TFLOP, ~18 ms; bf16 at ~700-800 TFLOP/s: 2·16384³ = 8.8 TFLOP, ~11-13 ms), ~60 ms and
@@ -279,8 +280,7 @@ def _measure(figures: dict[str, float], errors: dict[str, str], figure: str, ste
     try:
         figures[figure] = step()
     except Exception as e:
-        first_line = str(e).splitlines()[0] if str(e) else ""
-        errors[figure] = f"{type(e).__name__}: {first_line}" if first_line else type(e).__name__
+        errors[figure] = error_line(e, with_type=True)
 
 
 def _gpu_name(kernels: GpuKernels | None) -> str:

@@ -36,6 +36,7 @@ import torch._inductor.config
 from torch._dynamo.utils import counters
 
 from tasks.models import CacheState, CompileCache, CompileConfig
+from tasks.text import first_line
 
 if TYPE_CHECKING:
     from tasks.phases import PhaseRun
@@ -193,7 +194,7 @@ def analyse_graphs(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[int
 
 
 def _describe_break(reason: Any, logged: list[str]) -> str:
-    text = str(reason.reason).strip().splitlines()[0]
+    text = first_line(str(reason.reason))
     frame = reason.user_stack[-1] if reason.user_stack else None
     if frame is None:
         return text

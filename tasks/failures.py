@@ -1,9 +1,7 @@
 """What went wrong, as data: out-of-memory detection through wrapped exceptions, a death of an
-experiment's own process, and the first line of an error for people."""
+experiment's own process (one-line messages: ``tasks.text``)."""
 
 from __future__ import annotations
-
-from tasks.text import error_line
 
 DIED = "died"  # key of what ``Worker.run`` returns when the experiment's process died: {DIED: ErrorInfo as dict}
 MAX_CAUSES = 16  # links of __cause__/__context__ followed before giving up
@@ -21,9 +19,3 @@ def out_of_memory(error: BaseException | None) -> bool:
         error = error.__cause__ or error.__context__
         seen += 1
     return False
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's message, for a one-line note: ``tasks.text.error_line``, with
-    ``no message`` for an exception without one."""
-    return error_line(e, fallback="no message")

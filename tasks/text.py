@@ -23,12 +23,14 @@ def first_line(text: str, fallback: str = "", limit: int | None = None) -> str:
 
 
 def error_line(e: BaseException, fallback: str | None = None, with_type: bool = False) -> str:
-    """The first line of an exception's message. Without a message: ``fallback``, or the exception's type
-    name. ``with_type``: ``"ValueError: bad shape"``."""
+    """The first line of an exception's message. ``with_type``: ``"ValueError: bad shape"``. Without a
+    message: ``fallback`` (``"ValueError: <fallback>"`` with the type), or the exception's type name alone."""
+    name = type(e).__name__
     line = first_line(str(e))
-    if not line:
-        return fallback if fallback is not None else type(e).__name__
-    return f"{type(e).__name__}: {line}" if with_type else line
+    if not line and fallback is None:
+        return name
+    line = line or fallback or ""
+    return f"{name}: {line}" if with_type else line
 
 
 def validation_line(e: ValidationError, prefix: Sequence[object] = ()) -> str:

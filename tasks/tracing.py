@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from tasks.failures import first_line
 from tasks.models import TraceInfo
+from tasks.text import error_line
 
 LOG_GLOB = "dedicated_log_torch_trace_*.log"  # torch's names for its trace files (torch._logging._internal.LOG_PREFIX)
 PREAMBLE = ('{"str": ', '{"artifact": {"name": "torch_version"')  # the records every trace starts with
@@ -88,7 +88,9 @@ class CompileTrace:
         try:
             self._recording.enter_context(recording(Path(self._folder.name)))
         except Exception as e:
-            self.info = TraceInfo(error=f"the trace could not be started: {type(e).__name__}: {first_line(e)}")
+            self.info = TraceInfo(
+                error=f"the trace could not be started: {error_line(e, fallback='no message', with_type=True)}"
+            )
             self._folder.cleanup()
             self._folder = None
         return self
@@ -100,7 +102,9 @@ class CompileTrace:
             self._recording.close()  # the handler off and its file closed, before the logs are packed
             self.info = pack(Path(self._folder.name))
         except Exception as e:
-            self.info = TraceInfo(error=f"the trace could not be packed: {type(e).__name__}: {first_line(e)}")
+            self.info = TraceInfo(
+                error=f"the trace could not be packed: {error_line(e, fallback='no message', with_type=True)}"
+            )
         finally:
             self._folder.cleanup()
             self._folder = None

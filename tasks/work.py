@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tasks.models import WorkInfo
+from tasks.text import error_line
 
 if TYPE_CHECKING:
     import torch
@@ -207,5 +208,4 @@ def _extra_flop_formulas() -> dict[Any, Any]:
 
 def _note(notes: list[str] | None, what: str, error: BaseException) -> None:
     if notes is not None:
-        message = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        notes.append(f"{what}: {type(error).__name__}" + (f": {message}" if message else ""))
+        notes.append(f"{what}: {error_line(error, with_type=True)}")

@@ -42,6 +42,7 @@ from typing import Any
 from tasks.failures import DIED
 from tasks.models import FRESH_PROCESS_CACHES
 from tasks.reset import Baseline, reset
+from tasks.text import error_line
 
 RETIRE = "retire"  # key beside a result when the worker must be replaced after it: {..., RETIRE: why}
 PR_SET_PDEATHSIG = 1  # prctl option, from linux/prctl.h
@@ -124,8 +125,7 @@ class Worker:
         try:
             reset(self.baseline)
         except Exception as e:
-            first_line = str(e).splitlines()[0] if str(e) else ""
-            return f"the reset after this experiment raised {type(e).__name__}: {first_line}"
+            return f"the reset after this experiment raised {error_line(e, fallback='', with_type=True)}"
         finally:
             self.last_reset_s = time.perf_counter() - started
         return None

@@ -19,6 +19,7 @@ from ray._private import ray_constants, services
 
 from orchestrator.machines.nodes import Environment, Node
 from tasks.models import Result
+from tasks.text import error_line
 
 ACCELERATOR_PREFIX = "accelerator_type:"  # Ray's resource naming a node's GPU model
 
@@ -115,9 +116,7 @@ def connect(
                 ray.init(**kwargs, logging_level=logging.ERROR, log_to_driver=False, include_dashboard=False)
         except Exception as e:  # Ray raises ConnectionError, RuntimeError, ValueError… depending on the address
             where = f"Ray cluster at {address!r}" if address else "a local Ray instance"
-            raise ClusterError(
-                f"could not connect to {where}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-            ) from e
+            raise ClusterError(f"could not connect to {where}: {error_line(e)}") from e
     return describe(address)
 
 

@@ -14,9 +14,9 @@ import torch.utils._pytree as pytree
 from tasks import precision
 from tasks.check.judge import Tolerances, Verdict, combine, compare, deterministic
 from tasks.check.outputs import Observed
-from tasks.failures import first_line
 from tasks.models import CheckInfo, Experiment
 from tasks.targets import Workload, copy_inputs
+from tasks.text import error_line
 
 if TYPE_CHECKING:
     from tasks.phases import PhaseRun
@@ -46,7 +46,7 @@ def take_references(
             run64, fn64 = run.float64(eager_fn)
             reference = (run64, run64.side(fn64))
         except Exception as e:
-            note = f"no float64 copy of the target ({type(e).__name__}: {first_line(e)})"
+            note = f"no float64 copy of the target ({error_line(e, fallback='no message', with_type=True)})"
     found = []
     for inputs in [work.inputs, *work.check_inputs]:
         eager = checked_call(run, eager_side, inputs, exp.seed, mutated)
@@ -57,7 +57,7 @@ def take_references(
                 with precision.exact(device):
                     fp64 = checked_call(*reference, float64_inputs(inputs), exp.seed, mutated)
             except Exception as e:
-                note = f"the float64 run failed ({type(e).__name__}: {first_line(e)})"
+                note = f"the float64 run failed ({error_line(e, fallback='no message', with_type=True)})"
         found.append(References(inputs, eager, fp64, note, deterministic(eager, again, tolerances)))
     return found
 

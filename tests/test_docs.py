@@ -34,10 +34,21 @@ def _hook() -> ModuleType:
     return module
 
 
+SITE_ENV = "COMPILEBENCH_SITE"  # a site ``mkdocs build --strict`` has just built: the README's test command sets it
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site as CI builds it: ``mkdocs build --strict`` (a broken link, anchor or missing page fails)."""
+    """The site as CI builds it: ``mkdocs build --strict`` (a broken link, anchor or missing page fails).
+    Where ``COMPILEBENCH_SITE`` names a folder (relative to the repository), the command that started the
+    tests has just built it so (the README's test command: ``mkdocs build --strict && COMPILEBENCH_SITE=site
+    pytest``), and that build is read rather than built again."""
     pytest.importorskip("mkdocs")
+    built = os.environ.get(SITE_ENV)
+    if built:
+        path = ROOT / built
+        assert (path / "index.html").is_file(), f"{SITE_ENV}={built}: no site there"
+        return path
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
     done = subprocess.run(
@@ -212,3 +223,4 @@ def test_readme_keeps_the_two_set_up_commands_first() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert blocks[1].strip() in ci, "CI runs the README's test command"
     assert "mkdocs build --strict" in blocks[1]
+    assert f"mkdocs build --strict && {SITE_ENV}=site pytest" in blocks[1]  # the tests read that build

@@ -43,6 +43,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -59,6 +60,7 @@ from orchestrator.report.compare import (  # noqa: E402
     run_values,
     runs_by_experiment,
 )
+from tasks.stats import welch_log  # noqa: E402
 
 CHAIN = "benchmarks.aa_targets:chain"
 REPLICATES = 3
@@ -179,11 +181,14 @@ def old_gate_flags(base: Report, new: Report, exp_id: str) -> bool:
 
 
 def minimum_detectable(sd: float, runs: int = REPLICATES, alpha: float = ALPHA) -> float:
-    """The smallest ratio Welch's t-test on log values flags with ``runs`` a side of equal spread ``sd``:
-    exp(t_{1-alpha/2, 2(runs-1)} * sd * sqrt(2/runs)); minus 1."""
-    from scipy.stats import t as student_t
-
-    return math.exp(float(student_t.ppf(1 - alpha / 2, 2 * (runs - 1))) * sd * math.sqrt(2 / runs)) - 1
+    """The smallest ratio Welch's t-test on log values flags with ``runs`` a side of equal spread ``sd``, minus 1:
+    ``tasks.stats.welch_log``'s ``detectable`` for two sides of ``runs`` values whose logs have sample SD ``sd``,
+    which is exp(t_{1-alpha/2, 2(runs-1)} * sd * sqrt(2/runs)) (equal spreads: Welch's df is 2(runs-1))."""
+    if math.isnan(sd):
+        return math.nan
+    spread = [i - (runs - 1) / 2 for i in range(runs)]  # evenly spaced about 0, then scaled to sample SD sd
+    values = [math.exp(sd * x / statistics.stdev(spread)) for x in spread]
+    return welch_log(values, values, alpha).detectable - 1
 
 
 def pooled_sd(groups: Sequence[Sequence[float]]) -> float:
@@ -279,11 +284,17 @@ def run_all(out: Path, quick: bool) -> None:
     (out / "session.json").write_text(json.dumps(session, indent=2) + "\n")
 
 
-def analyse(out: Path, command: str) -> None:
-    """Print the three tables from the reports and ``session.json`` in ``out``."""
+def read_runs(out: Path) -> tuple[list[Run], dict[str, Any]]:
+    """The runs ``run_all`` left in ``out``, in the order they ran, and its ``session.json``."""
     session = json.loads((out / "session.json").read_text())
     order = [float(e) for e in session["order"]]
-    runs = [Run(extra, read(out / f"run{i}-extra{extra:g}.json")) for i, extra in enumerate(order)]
+    return [Run(extra, read(out / f"run{i}-extra{extra:g}.json")) for i, extra in enumerate(order)], session
+
+
+def analyse(out: Path, command: str) -> None:
+    """Print the three tables from the reports and ``session.json`` in ``out``."""
+    runs, session = read_runs(out)
+    order = [run.extra for run in runs]
     measured = {float(e): m for e, m in session["measured"].items()}
     load = session["load"]
     print(f"$ {command}")

@@ -1,4 +1,12 @@
-"""Shared fixtures: one local Ray instance per test session, spec-file helpers."""
+"""Shared fixtures: the session's one local Ray instance and its multi-node clusters, its one S3 server, and
+spec-file helpers.
+
+A process joins one Ray at a time, and starting one costs 10-15 s on a 2-core machine. So the local
+instance (``ray_cluster``) is started once and kept; a multi-node cluster (``multinode_cluster``) takes its
+place only for the tests that join one, and modules are ordered so that those come after the modules that
+use only the local instance: it is started again only where a later test asks for it. Likewise one moto
+server serves every S3 test (``s3_endpoint``).
+"""
 
 from __future__ import annotations
 
@@ -23,15 +31,132 @@ RAY_CPUS = 4
 RAY_GPUS = 4
 
 
-@pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[object]:
+class SessionRay:
+    """What this process is joined to: the local instance (its ``ClusterInfo``), a multi-node cluster, or
+    nothing. Each switch shuts the other down; the local instance is started only when a test asks for it."""
+
+    def __init__(self) -> None:
+        self.local_info: Any = None  # the ClusterInfo of the local instance while joined to it
+
+    def local(self) -> Any:
+        import ray
+
+        from orchestrator.execution.cluster import connect
+
+        if self.local_info is None or not ray.is_initialized():
+            ray.shutdown()  # whatever else this process joined
+            self.local_info = connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)
+        return self.local_info
+
+    def leave(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.local_info = None
+
+
+SESSION_RAY = SessionRay()
+
+
+@pytest.fixture
+def ray_cluster() -> Any:
+    """The session's local Ray instance (4 CPUs, 4 logical GPUs), joined: started at the first test that
+    asks, kept for the next."""
+    return SESSION_RAY.local()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leave_ray_at_the_end() -> Iterator[None]:
+    yield
+    SESSION_RAY.leave()
+
+
+@contextmanager
+def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
+    """Several Ray nodes on this machine (``ray.cluster_utils.Cluster``), this process joined to
+    them, for one test module: ``nodes`` are ``Cluster.add_node`` arguments (logical GPUs, and
+    ``resources={"accelerator_type:A100": 1}`` for a GPU model). One process joins one Ray at a
+    time: the session's local instance, if started, is shut down first; the next test that asks for
+    it starts it again (``ray_cluster``). A module that calls this imports it, which orders its tests after
+    those of modules that only use the local instance (``pytest_collection_modifyitems``)."""
+    import logging
+
     import ray
+    from ray.cluster_utils import Cluster
 
-    from orchestrator.execution.cluster import connect
+    SESSION_RAY.leave()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus})
+    try:
+        for args in nodes:
+            cluster.add_node(**args)
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
+        cluster.wait_for_nodes()
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
 
-    info = connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)
-    yield info
-    ray.shutdown()
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that use the session's local instance first, those of them that also join a multi-node
+    cluster (they import ``multinode_cluster``; they do it in their last tests) next, then the rest: the
+    local instance is started once, not again after each cluster. Within a module, and within each of the
+    three groups, the collection's order."""
+
+    def module_of(item: pytest.Item) -> str:
+        return item.nodeid.partition("::")[0]
+
+    local, clustered = set(), set()
+    for item in items:
+        if "ray_cluster" in getattr(item, "fixturenames", ()):
+            local.add(module_of(item))
+        if getattr(getattr(item, "module", None), "multinode_cluster", None) is multinode_cluster:
+            clustered.add(module_of(item))
+
+    def rank(module: str) -> int:
+        return 2 if module not in local else 1 if module in clustered else 0
+
+    position = {module: n for n, module in enumerate(dict.fromkeys(map(module_of, items)))}
+    items.sort(key=lambda item: (rank(module_of(item)), position[module_of(item)]))
+
+
+# --- One S3 server for the session -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server, in this process on a free port of 127.0.0.1, for every S3 test of the session;
+    each test module keeps to buckets of its own. Clients find it by ``use_s3_endpoint``'s environment."""
+    pytest.importorskip("moto")
+    pytest.importorskip("s3fs")
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def use_s3_endpoint(env: pytest.MonkeyPatch, endpoint: str) -> None:
+    """Point every S3 client of this process and of those it starts at ``endpoint``, with moto's test
+    credentials and nothing of the user's AWS configuration; s3fs's cached clients are dropped, since a
+    client made before reads no endpoint from here (call again after ``env`` is undone)."""
+    import s3fs
+
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
+        env.delenv(name, raising=False)
+    env.setenv("AWS_ENDPOINT_URL", endpoint)
+    env.setenv("AWS_ACCESS_KEY_ID", "testing")
+    env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    env.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+# --- Specs and in-process experiments -----------------------------------------------------------------
 
 
 @pytest.fixture
@@ -44,35 +169,6 @@ def write_spec(tmp_path: Path):
         return path
 
     return write
-
-
-@contextmanager
-def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
-    """Several Ray nodes on this machine (``ray.cluster_utils.Cluster``), this process joined to
-    them, for one test module: ``nodes`` are ``Cluster.add_node`` arguments (logical GPUs, and
-    ``resources={"accelerator_type:A100": 1}`` for a GPU model). One process joins one Ray at a
-    time: the session's local instance, if started, is shut down first and started again after."""
-    import logging
-
-    import ray
-    from ray.cluster_utils import Cluster
-
-    from orchestrator.execution.cluster import connect
-
-    had_local = ray.is_initialized()
-    ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus})
-    try:
-        for args in nodes:
-            cluster.add_node(**args)
-        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False)
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        if had_local:
-            connect(num_gpus=RAY_GPUS, num_cpus=RAY_CPUS)
 
 
 def run_on_cpu(target: str, backend: str = "aot_eager", **kw: Any) -> Any:

@@ -26,6 +26,8 @@ from orchestrator.machines.nodes import Node
 from orchestrator.plan.spec import SpecError, load_spec
 from tasks.models import CompileConfig, Result, TimingConfig, WorkerInfo
 
+from .conftest import multinode_cluster
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -242,8 +244,6 @@ def test_all_expands_to_the_models_the_cluster_advertises(write_spec):
 def test_all_runs_once_on_each_model_of_a_multinode_cluster(write_spec, tmp_path):
     """End to end through api.run: two GPU nodes of two models, a head that holds nothing."""
     from orchestrator import api
-
-    from .conftest import multinode_cluster
 
     spec = write_spec(
         """

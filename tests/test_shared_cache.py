@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,8 @@ import pytest
 from tasks.models import CompileCache, CompileConfig, ErrorInfo, Experiment, Result
 from tasks.shared_cache import BLOB_SUFFIX, SharedCache, device_model, key_fields, read_blob, shared_key, write_blob
 from tasks.worker import run_in_fresh_process
+
+from .conftest import multinode_cluster, use_s3_endpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENT: dict[str, Any] = {
@@ -297,48 +297,14 @@ def _cli(spec: Path, out: Path, *more: str) -> tuple[list[str], int]:
 # --- An object store: a real S3 API on 127.0.0.1 (moto's server) -------------------------------
 
 
-@pytest.fixture(scope="module")
-def s3_server() -> Iterator[str]:
-    """moto's S3 server on a free local port, with the environment s3fs reads to reach it."""
-    pytest.importorskip("moto")
-    pytest.importorskip("s3fs")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        yield endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-
-
 @pytest.fixture
-def s3_env(s3_server: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def s3_env(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The session's S3 server (``conftest.s3_endpoint``), reached through the environment s3fs reads."""
     import s3fs
 
-    for name, value in {
-        "AWS_ENDPOINT_URL": s3_server,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    s3fs.S3FileSystem.clear_instance_cache()  # a client made before reads no endpoint from here
-    yield s3_server
-    s3fs.S3FileSystem.clear_instance_cache()  # nor does a later test reach this server through a cached client
+    use_s3_endpoint(monkeypatch, s3_endpoint)
+    yield s3_endpoint
+    s3fs.S3FileSystem.clear_instance_cache()  # no later test reaches this server through a cached client
 
 
 def test_blobs_and_the_check_against_a_real_s3_api(s3_env):
@@ -384,8 +350,6 @@ def test_a_second_node_loads_what_the_first_stored(write_spec, tmp_path):
     """Two nodes, each with its own local state (cache) directory, one shared location: an experiment
     pinned to the first node (its GPU model) stores, the same compile pinned to the second loads."""
     from orchestrator import api
-
-    from .conftest import multinode_cluster
 
     location = tmp_path / "shared"
     nodes = [

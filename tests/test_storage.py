@@ -33,6 +33,7 @@ from orchestrator.store.journal import (
     read_journal,
 )
 from orchestrator.store.storage import location
+from tests.conftest import use_s3_endpoint
 from tests.report_data import make_report, make_result
 from tests.test_resume import ROOT, gated_sweep, start
 
@@ -93,30 +94,17 @@ class S3:
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3]:
+def s3(s3_endpoint: str) -> Iterator[S3]:
+    """The session's S3 server (``conftest.s3_endpoint``) with this module's bucket, every client pointed at it."""
     import s3fs
-    from moto.server import ThreadedMotoServer
 
-    s3fs.S3FileSystem.clear_instance_cache()  # fsspec keeps clients; one made earlier points at another endpoint
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
     with pytest.MonkeyPatch.context() as env:
-        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE"):
-            env.delenv(name, raising=False)
-        env.setenv("AWS_ENDPOINT_URL", endpoint)
-        env.setenv("AWS_ACCESS_KEY_ID", "testing")
-        env.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-        env.setenv("AWS_DEFAULT_REGION", "us-east-1")
-        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
-        store = S3(endpoint)
+        use_s3_endpoint(env, s3_endpoint)  # fsspec keeps clients; one made earlier points at another endpoint
+        store = S3(s3_endpoint)
         store.fs.mkdir(BUCKET)
         try:
             yield store
         finally:
-            server.stop()
             s3fs.S3FileSystem.clear_instance_cache()
 
 

@@ -33,9 +33,9 @@ def error_line(e: BaseException, fallback: str | None = None, with_type: bool = 
     return f"{name}: {line}" if with_type else line
 
 
-def validation_line(e: ValidationError, prefix: Sequence[object] = ()) -> str:
-    """pydantic's first error as ``a.b.0: message`` (``prefix`` before its location), or the message alone
-    where it has no location."""
+def validation_line(e: ValidationError, prefix: Sequence[object] = (), whole: str = "") -> str:
+    """pydantic's first error as ``a.b.0: message`` (``prefix`` before its location). Where it has no
+    location (the input as a whole is wrong): ``whole: message``, or the message alone without ``whole``."""
     err = e.errors()[0]
-    where = ".".join(str(p) for p in (*prefix, *err["loc"]))
+    where = ".".join(str(p) for p in (*prefix, *err["loc"])) or whole
     return f"{where}: {err['msg']}" if where else err["msg"]

@@ -10,15 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.store.journal import (
-    LEASE_NAME,
-    Journal,
-    JournalError,
-    Lease,
-    _modified_time,
-    journal_path,
-    read_journal,
-)
+from orchestrator.store.journal import LEASE_NAME, Journal, JournalError, Lease, journal_path, read_journal
+from orchestrator.store.journal.object_log import _modified_time
 from tasks.models import CompileConfig, Result, TimingConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,6 +27,7 @@ from orchestrator.store.journal import Journal, RunKey, run_key
 from orchestrator.store.storage import Location
 from orchestrator.store.traces import TraceStore
 from tasks.models import Calibration, ErrorInfo, Experiment, Result, WorkerLimits
+from tasks.text import validation_line
 
 OnResult = Callable[[Result], None]
 NODE_POLL_S = 1.0  # how often the cluster's nodes are listed (one call to Ray's GCS)
@@ -168,10 +169,8 @@ def run_experiments(
 
 def _not_a_result(e: ValidationError) -> ErrorInfo:
     """Why a worker's answer is not a result, in one line: the first field that does not validate."""
-    err = e.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "result"
     return ErrorInfo(
         type="InvalidResult",
-        message=f"the worker's result does not validate ({where}: {err['msg']}); "
+        message=f"the worker's result does not validate ({validation_line(e, whole='result')}); "
         "does the workers' compilebench differ from the driver's?",
     )

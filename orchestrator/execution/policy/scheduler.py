@@ -1,0 +1,340 @@
+"""Dispatch, at the top of the policy: the ``Scheduler`` holds the state of one sweep (its queue, the
+nodes, our workers, which devices and processes each experiment's runs went to), takes what the runner
+reports, and makes the next ``Plan``: idle workers take waiting runs, what can never run is recorded,
+workers are started where placement finds room and retired where another shape needs it.
+
+Placement (``placement``) and the fault rules (``faults``) are pure functions it calls; the queue
+(``queue``) and the data (``model``) sit below them. No Ray.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from orchestrator.execution.policy.faults import (
+    DEFAULT_START_TIMEOUT_S,
+    after_death,
+    broken_after,
+    failed_result,
+    final_result,
+    start_timeout_error,
+    timed_out,
+    timeout_error,
+    trusted_nodes,
+    unschedulable_error,
+    unstarted,
+)
+from orchestrator.execution.policy.model import (
+    DeviceKey,
+    Dispatch,
+    Entry,
+    Need,
+    NodeShape,
+    Plan,
+    Run,
+    Shape,
+    Start,
+    WorkerView,
+    stamp_run,
+)
+from orchestrator.execution.policy.placement import (
+    bundles,
+    deficits,
+    free_capacity,
+    gpus_seen,
+    making_way,
+    place,
+    why_unfit,
+)
+from orchestrator.execution.policy.queue import Queue
+from orchestrator.machines.calibration import slow_reasons
+from orchestrator.machines.nodes import Node
+from tasks.models import FRESH_PROCESS_CACHES, Calibration, ErrorInfo, Experiment, Result, Status
+
+
+class Scheduler:
+    """The state of one sweep and the decisions about it. See ``orchestrator.execution.policy``."""
+
+    def __init__(
+        self,
+        experiments: Sequence[Experiment | Run],
+        *,
+        pending_timeout_s: float = 0.0,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        exclude_slow: bool = False,
+    ) -> None:
+        self.queue = Queue(experiments)
+        self.exclude_slow = exclude_slow
+        self.calibrations: dict[str, Calibration] = {}  # every device probed in this sweep, by entry id
+        self.pending_timeout_s = pending_timeout_s
+        self.start_timeout_s = start_timeout_s
+        self.nodes: dict[str, Node] = {}  # alive, and not lost under one of our workers
+        self.lost: dict[str, Node] = {}  # nodes lost under a worker that Ray still listed as alive when last asked
+        self.workers: dict[int, WorkerView] = {}
+        self._next_worker = 0
+        self._unfit_since: dict[Need | None, float] = {}
+        self._start_failures: Counter[NodeShape] = Counter()  # consecutive, per node and shape
+        self.broken: dict[NodeShape, str] = {}  # (node id, shape) -> why its workers could not start
+        self.measured_on: dict[str, set[DeviceKey]] = {}  # experiment id -> devices its runs were dispatched to
+        self.ran_in: dict[str, set[int]] = {}  # experiment id -> workers that ran one of its runs in their process
+
+    @property
+    def done(self) -> bool:
+        return self.queue.remaining == 0
+
+    # -- what the runner reports ---------------------------------------------------------
+
+    def observe_nodes(self, nodes: Iterable[Node]) -> None:
+        """The cluster's alive nodes now. A node that left takes its workers with it: the pool
+        reports their deaths, which decide what happens to their experiments. A node lost under
+        a worker stays out while Ray still lists it; once Ray has not, it is trusted again."""
+        self.nodes, self.lost = trusted_nodes(nodes, self.lost)
+        if self.queue.unresolved:
+            self.queue.resolve(gpus_seen(self.nodes.values()))
+
+    def worker_ready(
+        self, worker_id: int, hostname: str, pid: int, gpu_ids: Sequence[str], calibration: Calibration | None = None
+    ) -> None:
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return
+        worker.state, worker.hostname, worker.pid, worker.gpu_ids = "idle", hostname, pid, list(gpu_ids)
+        worker.start_deadline = None
+        self._start_failures[(worker.node.node_id, worker.shape)] = 0
+        if calibration is not None:
+            worker.calibration = self.calibrations[calibration.id] = calibration
+            if self.exclude_slow:
+                self._judge_workers()
+
+    def _judge_workers(self) -> None:
+        """Exclude the workers whose device is slow for its model, by every probe seen so far."""
+        entries = list(self.calibrations.values())
+        for worker in self.workers.values():
+            if worker.calibration is not None:
+                reasons = slow_reasons(worker.calibration, entries)
+                worker.excluded = f"slow device: {'; '.join(reasons)}" if reasons else None
+
+    def finished(self, worker_id: int, result: Result, *, retire: str | None = None) -> Result:
+        """The worker returned a result (any status: a failing target is a result). With
+        ``retire`` (why), the worker is forgotten here: the runner kills it, and a fresh one
+        starts for the experiments still waiting."""
+        worker = self.workers[worker_id]
+        entry = worker.entry
+        assert entry is not None
+        self._free(worker)
+        if retire is not None:
+            del self.workers[worker_id]
+        self.queue.done(entry)
+        return stamp_run(result, entry, worker)
+
+    def unreadable(self, worker_id: int, error: ErrorInfo, now: float, *, retire: str | None = None) -> Result:
+        """The worker returned something that is not a result (a worker whose compilebench differs from
+        the driver's): its experiment is recorded ``runtime_error`` with why; the worker stays."""
+        worker = self.workers[worker_id]
+        assert worker.entry is not None
+        result = failed_result(
+            worker.entry.exp, "runtime_error", error, started_at=worker.started_at or now, finished_at=now
+        )
+        return self.finished(worker_id, result, retire=retire)
+
+    def died(
+        self,
+        worker_id: int,
+        error: ErrorInfo,
+        now: float,
+        *,
+        oom: bool = False,
+        alive: bool = False,
+        node_lost: bool = False,
+    ) -> Result | None:
+        """The worker's process (or, with ``alive``, the fresh process it ran the experiment in)
+        died; with ``node_lost``, because its node was lost. The experiment is retried, or its
+        final result returned (``faults.after_death``)."""
+        worker = self.workers.get(worker_id)
+        if worker is None:
+            return None
+        entry, started_at = worker.entry, worker.started_at
+        if alive:
+            self._free(worker)
+        else:
+            del self.workers[worker_id]
+            if node_lost:
+                self._lose(worker.node.node_id)
+            elif worker.state == "starting":
+                self._start_failed(worker, error)
+        if entry is None:
+            return None
+        status = after_death(entry, oom=oom, node_lost=node_lost and not alive)
+        if status is None:
+            self.queue.requeue(entry)
+            return None
+        return self._final(entry, status, error, worker, now, started_at)
+
+    def expired(self, now: float) -> list[tuple[int, Result | None]]:
+        """Workers past a deadline, for the runner to kill; they are forgotten here (a
+        replacement starts if needed). A running experiment past its ``timeout_s`` comes with
+        its ``timeout`` result; a worker not started by its start deadline, with None (a failed
+        start)."""
+        out: list[tuple[int, Result | None]] = []
+        for worker in unstarted(self.workers.values(), now):
+            del self.workers[worker.id]
+            self._start_failed(worker, start_timeout_error(worker, self.start_timeout_s))
+            out.append((worker.id, None))
+        for worker in timed_out(self.workers.values(), now):
+            entry = worker.entry
+            assert entry is not None
+            del self.workers[worker.id]
+            out.append((worker.id, self._final(entry, "timeout", timeout_error(entry.exp), worker, now)))
+        return out
+
+    def next_deadline(self) -> float | None:
+        """The earliest deadline of a running experiment or a starting worker."""
+        deadlines = [d for w in self.workers.values() for d in (w.deadline, w.start_deadline) if d is not None]
+        return min(deadlines, default=None)
+
+    # -- what to do next -----------------------------------------------------------------
+
+    def plan(self, now: float) -> Plan:
+        """Dispatch to idle workers; record what can never run; start and retire workers."""
+        plan = Plan()
+        self._dispatch(plan, now)
+        self._unschedulable(plan, now)
+        demand = self.queue.demand()
+        unplaced = self._start(plan, demand, now)
+        if unplaced and self._retire(plan, unplaced, demand):
+            unplaced = self._start(plan, demand, now)  # starting workers, new ones included, are subtracted again
+        if self.pending_timeout_s > 0:
+            plan.bundles = bundles(self.workers.values(), unplaced, len(self.queue.unresolved))
+        return plan
+
+    def _dispatch(self, plan: Plan, now: float) -> None:
+        """Idle workers take waiting runs: first those whose experiment has not used the worker's device,
+        then those it has not run in the worker's process. A worker left idle with only runs it has
+        already run one replicate of is retired: a fresh worker takes its place (``_start``)."""
+        for tier in (self._new_device, self._new_process):
+            for worker in self.workers.values():
+                if worker.state != "idle" or worker.excluded or self._peers_probing(worker):
+                    continue
+                entry = self.queue.take_for(worker, functools.partial(tier, worker=worker))
+                if entry is not None:
+                    self._run(plan, worker, entry, now)
+        for worker in [
+            w
+            for w in self.workers.values()
+            if w.state == "idle" and not w.excluded and not self._peers_probing(w) and self.queue.has_for(w)
+        ]:
+            del self.workers[worker.id]
+            plan.retire.append(worker.id)
+
+    def _peers_probing(self, worker: WorkerView) -> bool:
+        """With ``exclude_slow``: whether workers of the same device model are still starting (their
+        probes not in yet): the worker's device is judged against theirs before it runs anything."""
+        if not self.exclude_slow:
+            return False
+        return any(w.state == "starting" and w.device_model == worker.device_model for w in self.workers.values())
+
+    def _new_device(self, entry: Entry, worker: WorkerView) -> bool:
+        return worker.device_key not in self.measured_on.get(entry.exp.id, ())
+
+    def _new_process(self, entry: Entry, worker: WorkerView) -> bool:
+        return entry.exp.compile.cache in FRESH_PROCESS_CACHES or worker.id not in self.ran_in.get(entry.exp.id, ())
+
+    def _run(self, plan: Plan, worker: WorkerView, entry: Entry, now: float) -> None:
+        exp = entry.exp
+        cold = exp.compile.cache in FRESH_PROCESS_CACHES  # the worker runs it in a fresh process of its own
+        entry.state, entry.attempts = "running", entry.attempts + 1
+        worker.state, worker.entry, worker.started_at = "busy", entry, now
+        worker.deadline = now + exp.timeout_s
+        worker.experiments_before = 0 if cold else worker.experiments
+        worker.experiments += not cold
+        self.measured_on.setdefault(exp.id, set()).add(worker.device_key)
+        if not cold:
+            self.ran_in.setdefault(exp.id, set()).add(worker.id)
+        plan.dispatch.append(Dispatch(worker.id, exp, entry.replicate))
+
+    def _unschedulable(self, plan: Plan, now: float) -> None:
+        """Waiting experiments that no node can hold: after ``pending_timeout_s``, recorded."""
+        needs: list[Need | None] = [need for need, q in self.queue.waiting.items() if q]
+        if self.queue.unresolved:
+            needs.append(None)
+        for need in needs:
+            why = why_unfit(need, self.nodes, self.lost.values(), self.broken)
+            if why is None:
+                self._unfit_since.pop(need, None)
+                continue
+            since = self._unfit_since.setdefault(need, now)
+            if now - since < self.pending_timeout_s:
+                continue
+            self._unfit_since.pop(need, None)
+            for entry in self.queue.drop(need):
+                error = unschedulable_error(why, self.pending_timeout_s)
+                plan.results.append(self._final(entry, "unschedulable", error, None, now))
+
+    def _start(self, plan: Plan, demand: dict[Need, int], now: float) -> dict[Need, int]:
+        """Start workers for the waiting experiments that starting workers will not take, where
+        they fit; what could not be placed is returned."""
+        unplaced: dict[Need, int] = {}
+        free = free_capacity(self.nodes.values(), self.workers.values())
+        for need, count in deficits(demand, self.workers.values()).items():
+            shape, model = need
+            while count > 0:
+                node = place(shape, model, self.nodes.values(), self.broken, free)
+                if node is None:
+                    unplaced[need] = count
+                    break
+                worker = self._new_worker(node, shape, now)
+                free[node.node_id] = (free[node.node_id][0] - shape.gpus, free[node.node_id][1] - worker.cpus)
+                plan.start.append(
+                    Start(worker.id, node.node_id, shape.gpus, worker.cpus, worker.cores, worker.device_model)
+                )
+                count -= 1
+        return unplaced
+
+    def _retire(self, plan: Plan, unplaced: dict[Need, int], demand: dict[Need, int]) -> bool:
+        """Retire idle workers no waiting experiment can use, on nodes where an unplaced need
+        would fit; whether any was retired."""
+        retired = making_way(self.workers.values(), self.nodes.values(), unplaced, demand)
+        for worker in retired:
+            del self.workers[worker.id]
+            plan.retire.append(worker.id)
+        return bool(retired)
+
+    # -- helpers -------------------------------------------------------------------------
+
+    def _new_worker(self, node: Node, shape: Shape, now: float) -> WorkerView:
+        worker = WorkerView(self._next_worker, node, shape, cpus=shape.cpus_on(node), cores=shape.cores_on(node))
+        worker.start_deadline = now + self.start_timeout_s
+        self.workers[worker.id] = worker
+        self._next_worker += 1
+        return worker
+
+    def _free(self, worker: WorkerView) -> None:
+        worker.state, worker.entry, worker.deadline, worker.started_at = "idle", None, None, None
+
+    def _start_failed(self, worker: WorkerView, error: ErrorInfo) -> None:
+        key = (worker.node.node_id, worker.shape)
+        self._start_failures[key] += 1
+        why = broken_after(error, self._start_failures[key])
+        if why is not None and key[0] in self.nodes:
+            self.broken[key] = why
+
+    def _lose(self, node_id: str) -> None:
+        """A node was lost under one of our workers: no new worker there until Ray stops listing it."""
+        node = self.nodes.pop(node_id, None)
+        if node is not None:
+            self.lost[node_id] = node
+
+    def _final(
+        self,
+        entry: Entry,
+        status: Status,
+        error: ErrorInfo,
+        worker: WorkerView | None,
+        now: float,
+        started_at: float | None = None,
+    ) -> Result:
+        """A final result made here (the worker made none), its run done."""
+        self.queue.done(entry)
+        return final_result(entry, status, error, worker, now, started_at)

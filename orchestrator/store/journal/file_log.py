@@ -1,0 +1,69 @@
+"""The local journal: one file of JSON lines beside the report (``out/r.json`` → ``out/r.journal.jsonl``),
+appended to and synced line by line, and written by one driver at a time.
+
+The lock is ``flock``, exclusive and non-blocking: the kernel releases it when the process dies, even
+by SIGKILL, so a second run on the same ``--out`` is refused rather than interleaving lines, and a
+killed run never leaves a lock behind. A resumed run whose journal ends in a line cut short starts
+its own lines on a line of their own. Imports ``contents`` and ``reading`` of the package.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from orchestrator.store.journal.contents import JournalContents, JournalError, refusal
+from orchestrator.store.journal.reading import read_journal
+from tasks.models import Result
+
+
+class FileLog:
+    """A local journal: one file, appended to and synced, locked with ``flock``."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def open(self, *, resume: bool, overwrite: bool) -> JournalContents:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("ab")
+        try:
+            self._lock()
+            return self._prepare(resume=resume, overwrite=overwrite)
+        except BaseException:
+            self._file.close()
+            raise
+
+    def _lock(self) -> None:
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise JournalError(
+                f"{self.path} is being written by another compilebench run; wait for it or choose another --out"
+            ) from None
+
+    def _prepare(self, *, resume: bool, overwrite: bool) -> JournalContents:
+        size = os.fstat(self._file.fileno()).st_size
+        if size == 0:
+            return JournalContents()
+        if overwrite:
+            self._file.truncate(0)
+            return JournalContents()
+        contents = read_journal(self.path)
+        if not resume:
+            raise refusal(str(self.path), contents)
+        with self.path.open("rb") as f:
+            f.seek(size - 1)
+            if f.read(1) != b"\n":  # a line cut short by a kill: new lines start on a line of their own
+                self._file.write(b"\n")
+        return contents
+
+    def append(self, result: Result) -> None:
+        self._file.write(result.model_dump_json().encode() + b"\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        if not self._file.closed and os.fstat(self._file.fileno()).st_size == 0:
+            self.path.unlink(missing_ok=True)  # nothing was recorded (the cluster was unreachable…): leave no trace
+        self._file.close()  # closing releases the lock

@@ -1,0 +1,51 @@
+"""The journal of one run, open for writing: ``Journal`` picks the log for its location (a local file,
+``file_log``; a prefix in a store, ``object_log``), opens it by the run's choice (``resume``,
+``overwrite``, or neither on an empty journal) and appends each result durably.
+
+The top of the package: it imports both logs and nothing imports it but the package itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.store.journal.contents import JournalError
+from orchestrator.store.journal.file_log import FileLog
+from orchestrator.store.journal.object_log import LEASE_RENEW_S, ObjectLog
+from orchestrator.store.storage import Location, location
+from tasks.models import Result
+
+
+class Journal:
+    """The journal of one run, open for writing and held by this run alone for as long as it lasts.
+
+    ``path``: a local ``*.journal.jsonl`` (a ``str`` that is no URL counts as local) or the URL of
+    a prefix in an object store (``journal_path`` of the report's location). ``resume``: keep what
+    the journal holds (``previous``) and add after it. ``overwrite``: empty it. Neither, on a
+    journal that already holds something: ``JournalError``, before anything else has started.
+    ``lease_renew_s``: how often a run on a store renews its lease (``LEASE_RENEW_S``).
+    """
+
+    def __init__(
+        self, path: Location, *, resume: bool = False, overwrite: bool = False, lease_renew_s: float = LEASE_RENEW_S
+    ) -> None:
+        if resume and overwrite:
+            raise JournalError("resume and overwrite exclude each other: keep the earlier results, or start over")
+        self.path: Location = location(path)
+        self._log: FileLog | ObjectLog = (
+            FileLog(self.path) if isinstance(self.path, Path) else ObjectLog(self.path, lease_renew_s)
+        )
+        self.previous = self._log.open(resume=resume, overwrite=overwrite)
+
+    def append(self, result: Result) -> None:
+        """Record ``result`` durably (synced, or stored) before returning."""
+        self._log.append(result)
+
+    def close(self) -> None:
+        self._log.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -65,10 +65,6 @@ def split_path(path: str, model: type[BaseModel] = Experiment) -> list[str]:
     return parts
 
 
-def set_path(data: dict[str, Any], path: str, value: Any) -> None:
-    _set(data, split_path(path), value)
-
-
 def _set(data: dict[str, Any], keys: list[str], value: Any) -> None:
     *parents, leaf = keys
     for part in parents:

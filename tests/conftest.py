@@ -23,7 +23,10 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local tests need no token
 # Workers hold their cores' lock files for life: a test session's own lock and cache directory keeps it
 # apart from any other compilebench process on the machine (set before Ray starts: workers inherit it).
-os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix="compilebench-tests-"))
+# Under pytest-xdist each worker process is a session of its own, with a Ray instance of its own: it gets its
+# own directory too, not the one its parent's import of this file chose.
+if os.environ.get("PYTEST_XDIST_WORKER") or "COMPILEBENCH_STATE_DIR" not in os.environ:
+    os.environ["COMPILEBENCH_STATE_DIR"] = tempfile.mkdtemp(prefix="compilebench-tests-")
 
 # Ray's bookkeeping for the shared instance: 4 CPUs and 4 logical GPUs, so that
 # GPU-pinning is exercised on a machine without GPUs.

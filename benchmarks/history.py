@@ -105,7 +105,8 @@ def measure(seed: int, length: int, cv: float, args: argparse.Namespace) -> Row:
         values = series(rng, length, cv, None)
         alarms += bool(change_points(values, **options))
         floors.append(detectable(values, args.alpha, args.min_change))
-    return Row(seed, length, cv, args.steps, anywhere, at_end, big, args.flat, alarms, float(np.median(floors)))
+    floor = float(np.median(floors)) if floors else float("nan")
+    return Row(seed, length, cv, args.steps, anywhere, at_end, big, args.flat, alarms, floor)
 
 
 def table(rows: list[Row]) -> list[str]:

@@ -364,18 +364,31 @@ def history(
         str | None,
         typer.Option("--html", help="Also write one self-contained HTML page charting every series (a path or URL)."),
     ] = None,
+    min_change: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--min-change",
+            help="The smallest change to report, METRIC=SIZE ('speedup=3%', 'compile_s_cold=0.1') or SIZE for every "
+            "metric; repeatable. Defaults: 2% for speedup, eager_ms and compiled_ms, 5% for compile latencies.",
+        ),
+    ] = None,
 ) -> None:
     """Follow every measurement across REPORTS in time order (created_at) and find where it changed.
 
     One series per target, params, configuration, device model, phase and precision, and metric
     (speedup, eager_ms, compiled_ms, compile_s_cold, compile_s_warm, compile_s_shared); each change point with the
-    report where it starts, the levels before and after, and a p-value. Exit 2 for unreadable input.
+    report where it starts, the levels before and after, and a p-value; each series with its noise and the
+    smallest step it could have shown. Exit 2 for unreadable input or a bad --min-change.
     """
     from orchestrator.report import ReportError
-    from orchestrator.report.history import history_of, json_text, markdown, print_history
+    from orchestrator.report.history import history_of, json_text, markdown, min_changes, print_history
 
     try:
-        found, count = history_of(reports)
+        smallest = min_changes(min_change or [])
+    except ValueError as e:
+        raise _fail(str(e), 2) from None
+    try:
+        found, count = history_of(reports, smallest)
     except ReportError as e:
         raise _fail(str(e), 2) from None
     if format == "table":

@@ -18,13 +18,12 @@ from orchestrator.report import Report, write_report
 from orchestrator.report.changepoints import (
     ALPHA,
     MIN_SEGMENT,
-    PERMUTATIONS,
     change_points,
-    permutation_p,
-    shortest_testable,
-    split_gains,
+    detectable,
+    pull_in,
+    search_p,
 )
-from orchestrator.report.history import History, build_history, history_of, markdown
+from orchestrator.report.history import MIN_CHANGE, History, build_history, history_of, markdown, min_changes
 from orchestrator.report.history_html import render_history_html
 from tasks.models import Result
 from tests.report_data import make_report, make_result
@@ -177,43 +176,148 @@ def test_too_short_constant_and_invalid_series():
         change_points([1.0, 0.0, 1.0])
 
 
-def test_the_closed_form_gain_is_ruptures_l2_cost():
-    import ruptures as rpt
+def test_the_p_value_is_students_t_times_the_places_searched():
+    from scipy.stats import ttest_ind
 
-    segment = np.log(np.random.default_rng(1).lognormal(0, 0.1, 25))
-    segment[12:] += 0.1
-    k, gain = rpt.Binseg(model="l2", min_size=MIN_SEGMENT, jump=1).fit(segment).single_bkp(0, len(segment))
-    gains = split_gains(segment[None, :], MIN_SEGMENT)[0]
-    assert gains.max() == pytest.approx(float(np.squeeze(gain)))
-    assert int(np.argmax(gains)) + MIN_SEGMENT == k
-
-
-def test_the_permutation_p_value_counts_the_observed_order():
-    constant = np.zeros(12)
-    assert permutation_p(constant, 6, MIN_SEGMENT, PERMUTATIONS) == 1.0  # every order gains as much: nothing
-    step = np.r_[np.zeros(15), np.ones(15)] + np.linspace(0, 0.01, 30)
-    assert permutation_p(step, 15, MIN_SEGMENT, 99) == 0.01  # no random order beats it: 1 / (1 + 99)
+    rng = np.random.default_rng(1)
+    before, after = 0.01 * rng.standard_normal(9), 0.01 * rng.standard_normal(6) - 0.02
+    p = float(ttest_ind(before, after).pvalue)
+    assert search_p(before, after) == pytest.approx(p)
+    assert search_p(before, after, places=10) == pytest.approx(min(1.0, 10 * p))
+    assert search_p(np.zeros(3), np.ones(3)) == 0.0 and search_p(np.zeros(3), np.zeros(3)) == 1.0
 
 
-def test_the_p_value_of_a_flat_series_with_outliers_is_uniform():
-    """The cleaning is inside the null: random orders are cleaned as the series is, so outliers do not make
-    a flat series look changed more often than p says."""
-    rng = np.random.default_rng(3)
-    ps = []
-    for _ in range(200):
-        x = 0.02 * rng.standard_normal(30)
-        x[rng.random(30) < 0.05] += 0.3  # outliers on 5% of points
-        ps.append(permutation_p(x, 15, MIN_SEGMENT, 199))
-    assert np.mean(np.array(ps) <= 0.1) <= 0.12
-    assert np.mean(np.array(ps) <= 0.5) <= 0.55
+def test_an_outlier_is_pulled_in_towards_its_sides_median_but_the_noise_is_left_alone():
+    before, after = np.array([0.0, 0.01, -0.01, 0.3, 0.0]), np.array([0.1, 0.11, 0.09])
+    pulled, same = pull_in(before, after, floor=0.01)
+    assert pulled[3] < 0.1 and np.array_equal(pulled[[0, 1, 2, 4]], before[[0, 1, 2, 4]])
+    assert np.array_equal(same, after)
 
 
-def test_a_change_needs_enough_points_for_any_order_to_be_rare():
-    assert shortest_testable() == 12  # 2 / C(12, 6) + 1 / 2000 = 0.0027 <= 0.003; 11 points: 0.0048
-    eleven = [2.0] * 6 + [1.6] * 5
-    twelve = [2.0] * 6 + [1.6] * 6
-    assert change_points(eleven) == []  # a 20% drop, and still no order test can tell from 11 points
-    assert [s.index for s in change_points(twelve)] == [6]
+def test_the_same_values_give_the_same_changes():
+    values = np.exp(0.01 * np.random.default_rng(4).standard_normal(40))
+    values[20:] *= 1.06
+    assert change_points(values) == change_points(values) and [s.index for s in change_points(values)] == [20]
+
+
+def test_a_step_with_three_reports_after_it_is_found_on_six_and_eight_points():
+    assert [s.index for s in change_points([1.03, 1.04, 1.02, 1.03, 1.02, 0.92, 0.90, 0.91])] == [5]
+    assert [s.index for s in change_points([1.0, 1.01, 0.99, 1.12, 1.11, 1.13])] == [3]  # one split to test
+    assert change_points([1.0, 1.01, 0.99, 1.0, 1.01, 0.99, 1.0, 1.01]) == []
+
+
+def test_a_significant_change_below_the_smallest_change_is_not_reported():
+    values = [1.0, 1.001, 0.999, 1.0, 1.001, 0.999] * 2 + [1.015, 1.016, 1.014] * 2  # +1.5%, at 0.1% noise
+    (split,) = change_points(values)
+    assert split.index == 12 and split.magnitude == pytest.approx(0.015, abs=0.001)
+    assert change_points(values, min_change=0.02) == []
+
+
+def test_detectable_grows_with_the_noise_and_shrinks_with_the_length():
+    rng = np.random.default_rng(2)
+    noise = rng.standard_normal(60)
+    quiet, loud = (detectable(np.exp(cv * noise[:12])) for cv in (0.01, 0.03))
+    assert quiet is not None and loud is not None and 0 < quiet < loud
+    longer = detectable(np.exp(0.01 * noise[:60]))
+    assert longer is not None and longer < quiet
+    assert detectable([1.0] * 5) is None  # too short for any split with 3 points either side
+    assert detectable([1.0] * 8, min_change=0.02) == 0.02  # no noise: only the smallest change bounds it
+
+
+def test_the_detectable_step_is_flagged_about_as_often_as_its_power_says():
+    """90% power for a step at the detectable size, 3 points before the end, on 20 points of 1% noise."""
+    rng = np.random.default_rng(5)
+    flat = np.exp(0.01 * rng.standard_normal((400, 20)))
+    step = float(np.median([detectable(v) for v in flat]))
+    caught = 0
+    for values in flat:
+        values = values.copy()
+        values[17:] *= 1 + step
+        caught += [s.index for s in change_points(values)] == [17]
+    assert 0.8 <= caught / len(flat) <= 0.98
+
+
+# ------------------------------------------------------------------------------- a week of nightlies
+
+TARGETS = ("seed.foo", "seed.bar", "seed.foo3")
+MODES = (None, "max-autotune")
+SLOWER_FROM = 5  # the sixth report: seed.foo3 under max-autotune is 12% slower on its compiled side from here on
+
+
+def nightlies(folder: Path, step: float = 0.12, seed: int = 8) -> list[Path]:
+    """Eight nightly reports of three targets in two configurations each, every median scattering by 1% from
+    night to night; one configuration's compiled side ``step`` slower from the sixth report on."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for night in range(8):
+        rs = []
+        for target, mode in itertools.product(TARGETS, MODES):
+            eager, compiled, compile_s = np.exp(0.01 * rng.standard_normal(3)) * (2.0, 1.0, 8.0)
+            if (target, mode, night >= SLOWER_FROM) == ("seed.foo3", "max-autotune", True):
+                compiled *= 1 + step
+            rs.append(result(eager / compiled, target=target, mode=mode, compiled_ms=compiled, compile_s=compile_s))
+        paths.append(write(folder, f"nightly-{night + 1:02d}.json", report(rs, day=night + 1)))
+    return paths
+
+
+def test_a_week_of_nightlies_flags_the_slower_configuration_at_the_sixth_report_and_nothing_else(tmp_path):
+    nightlies(tmp_path)
+    out = runner.invoke(app, ["history", str(tmp_path), "--format", "json"])
+    assert out.exit_code == 0, out.output
+    series = json.loads(out.stdout)["series"]
+    assert len(series) == 24  # 3 targets x 2 configurations x (speedup, eager_ms, compiled_ms, compile_s_warm)
+    changed = {(s["target"], s["config"], s["metric"]): s["changes"] for s in series if s["changes"]}
+    assert set(changed) == {
+        ("seed.foo3", "inductor:max-autotune", "speedup"),
+        ("seed.foo3", "inductor:max-autotune", "compiled_ms"),
+    }
+    for (_, _, metric), (change,) in changed.items():
+        assert change["index"] == SLOWER_FROM and change["report"].endswith("nightly-06.json")
+        assert change["change"] == pytest.approx(-0.107 if metric == "speedup" else 0.12, abs=0.02)
+    assert all(s["detectable"] is not None and s["detectable"] < 0.2 for s in series)  # 8 points of 1-1.4% noise
+
+    table = runner.invoke(app, ["history", str(tmp_path)])
+    assert "22 series without a change (speedup 5, eager_ms 6, compiled_ms 5, compile_s_warm 6)" in table.stdout
+    assert table.stdout.endswith("8 report(s), 24 series: 2 change(s) in 2 series\n")
+
+
+def test_the_flat_week_has_no_change_and_says_what_it_could_have_seen(tmp_path):
+    nightlies(tmp_path, step=0.0)
+    out = runner.invoke(app, ["history", str(tmp_path), "--format", "markdown"])
+    assert out.exit_code == 0, out.output
+    assert out.stdout.startswith("# History: 8 report(s), 24 series: 0 change(s) in 0 series\n")
+    rows = re.findall(r"^\| seed\.\S+ .* \| (\w+) \| \S+ \| 8 \| (\d+\.\d)% \| (\d+\.\d)% \|$", out.stdout, re.M)
+    assert len(rows) == 24, out.stdout
+    assert all(float(d) >= 100 * MIN_CHANGE[m] for m, _, d in rows)  # never below the metric's smallest change
+
+
+def test_min_change_is_set_per_metric_from_the_command_line(tmp_path):
+    nightlies(tmp_path)
+    quiet = runner.invoke(app, ["history", str(tmp_path), "--min-change", "speedup=15%", "--format", "json"])
+    assert quiet.exit_code == 0, quiet.output
+    changed = [(s["metric"], s["config"]) for s in json.loads(quiet.stdout)["series"] if s["changes"]]
+    assert changed == [("compiled_ms", "inductor:max-autotune")]  # the 11% speedup change is below 15%
+    everywhere = runner.invoke(app, ["history", str(tmp_path), "--min-change", "0.2", "--format", "json"])
+    assert all(not s["changes"] for s in json.loads(everywhere.stdout)["series"])
+    assert min_changes(["3%", "compile_s_cold=0.1", "speedup=1%"]) == {
+        **dict.fromkeys(MIN_CHANGE, 0.03),
+        "compile_s_cold": 0.1,
+        "speedup": 0.01,
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        ("speed=3%", "--min-change 'speed=3%': unknown metric 'speed'; the metrics are speedup, eager_ms,"),
+        ("speedup=abc", "--min-change 'speedup=abc': the size must be a percentage such as 3% or a fraction"),
+        ("speedup=150%", "at least 0 and below 100%"),
+        ("speedup=-1%", "at least 0 and below 100%"),
+        ("speedup=", "the size must be a percentage"),
+    ],
+)
+def test_a_bad_min_change_exits_2_with_one_line(steps, option, expected):
+    assert expected in _one_error_line(runner.invoke(app, ["history", str(steps[0]), "--min-change", option]))
 
 
 # ----------------------------------------------------------------------------------- reading reports
@@ -249,12 +353,14 @@ def test_json_has_exactly_the_documented_shape(steps):
     data = json.loads(result_.stdout)
     assert list(data) == ["series"]
     keys = ["target", "params", "config", "device_model", "phase", "precision", "metric", "points", "changes"]
+    keys += ["noise", "detectable"]
     for series in data["series"]:
         assert list(series) == keys
         assert all(list(p) == ["report", "created_at", "value"] for p in series["points"])
         assert all(list(c) == ["index", "report", "before", "after", "change", "p"] for c in series["changes"])
     speedup = next(s for s in data["series"] if s["metric"] == "speedup")
     assert speedup["changes"][0]["index"] == STEP_AT
+    assert 0 < speedup["noise"] < 0.02 and speedup["noise"] < speedup["detectable"] < 0.1
     assert [s["metric"] for s in data["series"]] == ["speedup", "eager_ms", "compiled_ms", "compile_s_warm"]
 
 
@@ -263,25 +369,28 @@ def test_table_and_markdown_show_each_change_and_summarise_the_rest(steps, monke
     table = runner.invoke(app, ["history", "."])
     assert table.exit_code == 0, table.output
     assert "series that changed" in table.stdout
-    assert "night-06.json (2026-01-07): 2.00x -> 1.80x (-10.2%, p=0.002)" in table.stdout
+    assert "night-06.json (2026-01-07): 2.00x -> 1.80x (-10.2%, p=2.3e-09)" in table.stdout
     assert "2 series without a change (eager_ms 1, compile_s_warm 1)" in table.stdout
+    assert "series without a change" in table.stdout and "detectable: the smallest step" in table.stdout
     assert table.stdout.endswith("12 report(s), 4 series: 2 change(s) in 2 series\n")
     md = runner.invoke(app, ["history", ".", "--format", "markdown"]).stdout
     assert md.startswith("# History: 12 report(s), 4 series: 2 change(s) in 2 series\n")
-    assert "| series | metric | latest | points | changes |" in md
+    assert "| series | metric | latest | points | noise | detectable | changes |" in md
     assert (
-        "| seed.foo3 [inductor] on CPU (Xeon) | speedup | 1.78x | 12 "
-        "| night-06.json (2026-01-07): 2.00x -> 1.80x (-10.2%, p=0.002) |"
+        "| seed.foo3 [inductor] on CPU (Xeon) | speedup | 1.78x | 12 | 1.6% | 7.6% "
+        "| night-06.json (2026-01-07): 2.00x -> 1.80x (-10.2%, p=2.3e-09) |"
     ) in md
     assert "- 2 series without a change (eager_ms 1, compile_s_warm 1)" in md
+    assert "| seed.foo3 [inductor] on CPU (Xeon) | compile_s_warm | 1.00 | 12 | 0.0% | 5.0% |" in md  # its floor
 
 
 def test_one_report_is_enough_and_has_no_change(steps):
     out = runner.invoke(app, ["history", str(steps[0]), "--format", "json"])
     assert out.exit_code == 0, out.output
     assert all(len(s["points"]) == 1 and s["changes"] == [] for s in json.loads(out.stdout)["series"])
-    note = "4 of them have fewer than 12 points: too few for any change to reach p <= 0.003"
-    assert note in markdown(*history_of([str(steps[0])]))
+    md = markdown(*history_of([str(steps[0])]))
+    assert "4 of them have fewer than 6 points: a change is tested with at least 3 reports either side of it" in md
+    assert "| seed.foo3 [inductor] on CPU (Xeon) | speedup | 2.00x | 1 | - | none before 6 points |" in md
 
 
 def _one_error_line(result_) -> str:

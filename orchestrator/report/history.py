@@ -3,7 +3,9 @@
 One series per measured thing (target, params, configuration, device model, phase, precision) and
 metric (``METRICS``); one point per report, the median of that report's valid results (its
 replicates). Change points come from the detector (``changepoints.change_points``): every change
-carries the report where it starts, the levels before and after, the relative change and a p-value.
+carries the report where it starts, the levels before and after, the relative change and a p-value;
+every series its noise and the smallest step it could have shown (``changepoints.detectable``), each
+metric's smallest change to report (``MIN_CHANGE``, ``--min-change``) taken into account.
 
 Here: reading the reports (a file, a folder, a glob, a store's URL), building the series, and showing
 them on a terminal, as Markdown or JSON (the page is ``history_html``). Imports the detector, the
@@ -18,7 +20,7 @@ import json
 import math
 import statistics
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -28,7 +30,7 @@ from rich.console import Console
 from rich.text import Text
 
 from orchestrator.report.cells import Rows, markdown_table, ms, rich_table, seconds, times
-from orchestrator.report.changepoints import ALPHA, change_points, shortest_testable
+from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
 from orchestrator.report.io import ReportError, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
@@ -45,6 +47,17 @@ METRICS: Final[tuple[Metric, ...]] = (
     "compile_s_warm",
     "compile_s_shared",
 )
+# The smallest change each metric's series report, relative (``--min-change``), however significant: below it a
+# change is real but too small to act on. Speed: 2%, below the 5% that PyTorch's dashboard and the regression
+# gate act on, so that a 5% step always clears it. Compile latency: 5%, a third of the dashboard's 15%.
+MIN_CHANGE: Final[dict[Metric, float]] = {
+    "speedup": 0.02,
+    "eager_ms": 0.02,
+    "compiled_ms": 0.02,
+    "compile_s_cold": 0.05,
+    "compile_s_warm": 0.05,
+    "compile_s_shared": 0.05,
+}
 
 
 class Point(BaseModel):
@@ -59,7 +72,8 @@ class Change(BaseModel):
     """A change point: ``index`` is the first point after the change, ``report`` that point's report.
 
     ``before`` and ``after`` are the medians of the segments on either side (up to the neighbouring
-    changes); ``change`` is ``after / before - 1``; ``p`` the permutation test's p-value.
+    changes); ``change`` is ``after / before - 1``; ``p`` the t-test's p-value between the segments,
+    corrected for the search over where the change is (``changepoints.search_p``).
     """
 
     index: int
@@ -71,7 +85,13 @@ class Change(BaseModel):
 
 
 class Series(BaseModel):
-    """One metric of one measured thing across the reports, oldest first, with its change points."""
+    """One metric of one measured thing across the reports, oldest first, with its change points.
+
+    ``noise`` is the points' robust noise deviation, relative (``changepoints.relative_noise``; None below 3
+    points); ``detectable`` the smallest relative step a change 3 reports before the end would need to be
+    flagged at 90% power with this many points and this noise, never below the metric's smallest change
+    (``changepoints.detectable``; None below 6 points, where no change can be tested).
+    """
 
     target: str
     params: dict[str, Any]
@@ -82,6 +102,8 @@ class Series(BaseModel):
     metric: Metric
     points: list[Point]
     changes: list[Change]
+    noise: float | None
+    detectable: float | None
 
     @property
     def label(self) -> str:
@@ -188,8 +210,9 @@ def metric_value(r: Result, metric: Metric) -> float | None:
 _Key = tuple[str, str, str, str, Phase, Precision, Metric]  # target, params (JSON), config, device model, ...
 
 
-def build_history(reports: Sequence[tuple[str, Report]]) -> History:
-    """Every series of ``reports`` (given oldest first), with its change points.
+def build_history(reports: Sequence[tuple[str, Report]], min_change: Mapping[Metric, float] | None = None) -> History:
+    """Every series of ``reports`` (given oldest first), with its change points, each metric's smallest
+    change ``min_change`` (``MIN_CHANGE`` for the metrics it leaves out).
 
     A report's point in a series is the median of its results' values for it (the replicates of one
     experiment, and any experiment differing only in what the series leaves out, such as the seed).
@@ -208,6 +231,7 @@ def build_history(reports: Sequence[tuple[str, Report]]) -> History:
                 key = (r.target, params, r.config_label, model, r.phase, r.precision, metric)
                 values.setdefault(key, {}).setdefault(i, []).append(value)
                 firsts.setdefault(key, r)
+    smallest = {**MIN_CHANGE, **(min_change or {})}
     order = {m: n for n, m in enumerate(METRICS)}
     series = []
     for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
@@ -216,6 +240,7 @@ def build_history(reports: Sequence[tuple[str, Report]]) -> History:
             Point(report=reports[i][0], created_at=reports[i][1].created_at, value=statistics.median(vs))
             for i, vs in sorted(values[key].items())
         ]
+        values_ = [p.value for p in points]
         series.append(
             Series(
                 target=first.target,
@@ -226,16 +251,19 @@ def build_history(reports: Sequence[tuple[str, Report]]) -> History:
                 precision=first.precision,
                 metric=key[6],
                 points=points,
-                changes=changes_of(points),
+                changes=changes_of(points, smallest[key[6]]),
+                noise=relative_noise(values_),
+                detectable=detectable(values_, min_change=smallest[key[6]]),
             )
         )
     return History(series=series)
 
 
-def changes_of(points: Sequence[Point]) -> list[Change]:
-    """The change points of a series, each with the medians of the segments on either side of it."""
+def changes_of(points: Sequence[Point], min_change: float = 0.0) -> list[Change]:
+    """The change points of a series, each with the medians of the segments on either side of it; none
+    smaller than ``min_change`` (relative)."""
     values = [p.value for p in points]
-    splits = change_points(values)
+    splits = change_points(values, min_change=min_change)
     bounds = [0, *(s.index for s in splits), len(values)]
     out = []
     for n, split in enumerate(splits):
@@ -278,6 +306,21 @@ def change_text(series: Series, change: Change) -> str:
     return f"{change.report} ({when}): {before} -> {after} ({change.change:+.1%}, p={change.p:.2g})"
 
 
+def detectable_text(series: Series) -> str:
+    """``5.3%``: the smallest step the series could have shown (``Series.detectable``), or why there is none."""
+    if series.detectable is None:
+        return f"none before {2 * MIN_SEGMENT} points"
+    return f"{series.detectable:.1%}"
+
+
+def noise_text(series: Series) -> str:
+    return "-" if series.noise is None else f"{series.noise:.1%}"
+
+
+def _quality(series: Series) -> list[str]:
+    return [str(len(series.points)), noise_text(series), detectable_text(series)]
+
+
 def headline(history: History, reports: int) -> str:
     changed = sum(bool(s.changes) for s in history.series)
     changes = sum(len(s.changes) for s in history.series)
@@ -285,55 +328,77 @@ def headline(history: History, reports: int) -> str:
 
 
 def rows(history: History) -> Rows:
-    """One row per series with a change: its latest value, its points and each change."""
-    headers = ["series", "metric", "latest", "points", "changes"]
+    """One row per series with a change: its latest value, its points, its noise, the smallest step it could
+    show, and each change."""
+    headers = ["series", "metric", "latest", "points", "noise", "detectable", "changes"]
     body = [
         [
             s.label,
             s.metric,
             value_text(s.metric, s.points[-1].value),
             str(len(s.points)),
+            noise_text(s),
+            detectable_text(s),
             "; ".join(change_text(s, c) for c in s.changes),
         ]
         for s in history.series
         if s.changes
     ]
-    return Rows("series that changed", headers, body, {"latest", "points"}, unchanged_notes(history))
+    return Rows("series that changed", headers, body, {"latest", "points", "noise", "detectable"}, [])
 
 
-def unchanged_notes(history: History) -> list[str]:
-    """The series without a change, summarised: how many per metric, and how many are too short for a change
-    to be significant however large (``shortest_testable``)."""
+def quiet_rows(history: History) -> Rows:
+    """One row per series without a change: its latest value, its points, its noise and the smallest step it
+    could have shown, so that "no change" says how large a change it would have seen; the counts per metric
+    and how many series are too short to test under it."""
     quiet = [s for s in history.series if not s.changes]
+    headers = ["series", "metric", "latest", "points", "noise", "detectable"]
+    body = [[s.label, s.metric, value_text(s.metric, s.points[-1].value), *_quality(s)] for s in quiet]
+    return Rows(
+        "series without a change", headers, body, {"latest", "points", "noise", "detectable"}, quiet_notes(quiet)
+    )
+
+
+def quiet_notes(quiet: Sequence[Series]) -> list[str]:
+    """How many series have no change, per metric, and how many are too short for any change to be tested."""
     if not quiet:
         return []
     per_metric = Counter(s.metric for s in quiet)
-    fewest = shortest_testable()
-    short = sum(len(s.points) < fewest for s in quiet)
     counts = ", ".join(f"{metric} {per_metric[metric]}" for metric in METRICS if per_metric[metric])
-    notes = [f"{len(quiet)} series without a change ({counts})"]
+    notes = [
+        f"{len(quiet)} series without a change ({counts})",
+        f"detectable: the smallest step a change {MIN_SEGMENT} reports before the last would need to be flagged "
+        "9 times in 10, at the series' length and noise (never below the metric's --min-change)",
+    ]
+    short = sum(s.detectable is None for s in quiet)
     if short:
-        notes.append(f"{short} of them have fewer than {fewest} points: too few for any change to reach p <= {ALPHA}")
+        notes.append(
+            f"{short} of them have fewer than {2 * MIN_SEGMENT} points: a change is tested with at least "
+            f"{MIN_SEGMENT} reports either side of it"
+        )
     return notes
 
 
 def print_history(console: Console, history: History, reports: int) -> None:
-    """The series that changed as a table, the others summarised, then the counts."""
-    view = rows(history)
-    if view.rows:
-        console.print(rich_table(view))
-    for note in view.notes:
-        console.print(Text(note), soft_wrap=True)
+    """The series that changed as a table, then those that did not with what each could have shown, then the
+    counts."""
+    for view in (rows(history), quiet_rows(history)):
+        if view.rows:
+            console.print(rich_table(view))
+        for note in view.notes:
+            console.print(Text(note), soft_wrap=True)
     console.print(Text(headline(history, reports)))
 
 
 def markdown(history: History, reports: int) -> str:
     """The same as GitHub-flavoured Markdown, for pull requests and wikis."""
-    view = rows(history)
+    changed, quiet = rows(history), quiet_rows(history)
     out = [f"# History: {headline(history, reports)}", ""]
-    out.append(markdown_table(view) if view.rows else "No change in any series.")
-    if view.notes:
-        out += ["", *(f"- {note}" for note in view.notes)]
+    out.append(markdown_table(changed) if changed.rows else "No change in any series.")
+    if quiet.rows:
+        out += ["", markdown_table(quiet)]
+    if quiet.notes:
+        out += ["", *(f"- {note}" for note in quiet.notes)]
     return "\n".join(out) + "\n"
 
 
@@ -342,7 +407,32 @@ def json_text(history: History) -> str:
     return history.model_dump_json(indent=2) + "\n"
 
 
-def history_of(patterns: Iterable[str]) -> tuple[History, int]:
-    """Read the reports ``patterns`` name and build their history; the number of reports read with it."""
+def min_changes(options: Sequence[str]) -> dict[Metric, float]:
+    """Each metric's smallest change from ``--min-change`` options: ``METRIC=SIZE`` for one metric, ``SIZE``
+    for all of them, where SIZE is a percentage (``3%``) or a fraction (``0.03``) below 1; later options win.
+    Raises ``ValueError`` with one line naming the option and the problem."""
+    out: dict[Metric, float] = {}
+    for option in options:
+        name, _, size = option.rpartition("=")
+        names: Sequence[Metric] = METRICS if not name else [m for m in METRICS if m == name.strip()]
+        if not names:
+            raise ValueError(f"--min-change {option!r}: unknown metric {name!r}; the metrics are {', '.join(METRICS)}")
+        text = size.strip()
+        try:
+            value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            value = math.nan
+        if not 0 <= value < 1:
+            raise ValueError(
+                f"--min-change {option!r}: the size must be a percentage such as 3% or a fraction such as 0.03, "
+                "at least 0 and below 100%"
+            )
+        out.update(dict.fromkeys(names, value))
+    return out
+
+
+def history_of(patterns: Iterable[str], min_change: Mapping[Metric, float] | None = None) -> tuple[History, int]:
+    """Read the reports ``patterns`` name and build their history, each metric's smallest change ``min_change``
+    (``MIN_CHANGE`` for those it leaves out); the number of reports read with it."""
     reports = load_reports(list(patterns))
-    return build_history(reports), len(reports)
+    return build_history(reports, min_change), len(reports)

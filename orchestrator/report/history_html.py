@@ -10,7 +10,17 @@ import itertools
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final
 
-from orchestrator.report.history import History, Series, change_text, headline, rows, value_text
+from orchestrator.report.history import (
+    History,
+    Series,
+    change_text,
+    detectable_text,
+    headline,
+    noise_text,
+    quiet_rows,
+    rows,
+    value_text,
+)
 from orchestrator.report.page import COLORS, document, escape, figure_html, table_html
 
 if TYPE_CHECKING:
@@ -30,12 +40,13 @@ MIN_Y_PAD: Final = 0.02  # the y axis spans at least 2% of a series' largest val
 
 
 def render_history_html(history: History, reports: int) -> str:
-    """The page as one string: the headline, the changes table, then one chart per series."""
-    view = rows(history)
+    """The page as one string: the headline, the changes table, the series without one (what each could have
+    shown), then one chart per series."""
+    view, quiet = rows(history), quiet_rows(history)
     body = ["<h1>compilebench history</h1>", f'<p class="meta">{escape(headline(history, reports))}</p>']
     body.append(table_html(view) if view.rows else "<p>No change in any series.</p>")
-    if not view.rows:
-        body += [f'<p class="meta">{escape(note)}</p>' for note in view.notes]  # the table lists them under it
+    if quiet.rows:
+        body.append(table_html(quiet))
     body.append("<h2>Series</h2>")
     body.append(
         '<p class="meta">One point per report, in the order the reports were created (UTC): the median of its '
@@ -107,7 +118,10 @@ def series_figure(series: Series) -> go.Figure:
             )
         )
     fig.update_layout(
-        title={"text": f"{series.label}: {series.metric}"},
+        title={
+            "text": f"{series.label}: {series.metric}<br><sup>noise {noise_text(series)}, "
+            f"smallest detectable step {detectable_text(series)}</sup>"
+        },
         xaxis={"title": {"text": "report created (UTC)"}},
         yaxis={"title": {"text": AXIS_TITLES[series.metric]}, "range": _y_range(ys)},
         legend={"orientation": "h", "y": -0.3},

@@ -415,9 +415,9 @@ def export(
 
     try:
         check_format(format)
+        text = export_text(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
     except ExportError as e:
         raise _fail(str(e), 2) from None
-    text = export_text(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
     if out is None:
         sys.stdout.write(text)
         return

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from orchestrator.report import read, write_report
 from orchestrator.report.export import COLUMNS, ExportError, csv_text, export_text, records
+from tests.conftest import use_s3_endpoint
 from tests.report_data import make_replicates, make_report, make_result, mixed_report
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -332,3 +333,30 @@ def test_an_unreadable_report_is_one_line_and_exit_2(tmp_path):
         done = runner.invoke(app, ["export", str(path)])
         assert done.exit_code == 2
         assert done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_export_reads_and_writes_an_object_store(s3_endpoint, monkeypatch):
+    import s3fs
+
+    use_s3_endpoint(monkeypatch, s3_endpoint)
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    fs.mkdir("export-bucket")
+    fs.put(str(SEED_REPORT), "export-bucket/nightly/seed.json")
+    done = runner.invoke(
+        app, ["export", "s3://export-bucket/nightly/seed.json", "-o", "s3://export-bucket/nightly/seed.v3.json"]
+    )
+    assert done.exit_code == 0, done.output
+    found = strict_json(fs.cat("export-bucket/nightly/seed.v3.json").decode())
+    validate(found)
+    assert found == records(read(SEED_REPORT))
+
+
+def test_a_time_stamp_without_a_zone_is_utc_and_a_bad_one_is_one_line(tmp_path):
+    report = make_report([make_result("seed.foo", 2.0)])
+    report.created_at = "2026-12-01T21:40:48"
+    assert {r["timestamp"] for r in records(report)} == {1796161248}
+    report.created_at = "yesterday"
+    write_report(report, tmp_path / "r.json")
+    done = runner.invoke(app, ["export", str(tmp_path / "r.json")])
+    assert done.exit_code == 2
+    assert done.stderr.strip() == "error: created_at: 'yesterday' is not an ISO 8601 time stamp"

@@ -11,16 +11,13 @@ import json
 from typing import Final
 
 from orchestrator.report.export.harness_csv import COLUMNS, csv_text
+from orchestrator.report.export.mapping import ExportError
 from orchestrator.report.export.pytorch_v3 import records
 from orchestrator.report.models import Report
 
 __all__ = ["COLUMNS", "FORMATS", "ExportError", "check_format", "csv_text", "export_text", "records"]
 
 FORMATS: Final = ("pytorch-v3", "csv")
-
-
-class ExportError(ValueError):
-    """An export that cannot be made; the message is one line meant for the user."""
 
 
 def export_text(
@@ -33,7 +30,7 @@ def export_text(
 ) -> str:
     """The report as text in ``format``: a JSON list of v3 records, or the harness's CSV. ``repo``,
     ``head_branch`` and ``head_sha`` go in the v3 records' top level (the CSV has no place for them).
-    Raises ``ExportError`` for an unknown format."""
+    Raises ``ExportError`` for an unknown format, or a report whose time stamp is not ISO 8601."""
     check_format(format)
     if format == "pytorch-v3":
         found = records(report, repo=repo, head_branch=head_branch, head_sha=head_sha)

@@ -1,4 +1,5 @@
-"""How a compilebench result is named in PyTorch's benchmark tools: the model, its dtype, batch size and outcome.
+"""How a compilebench result is named in PyTorch's benchmark tools: the model, its dtype, batch size and outcome;
+and the error of an export that cannot be made.
 
 Shared by both export formats (``pytorch_v3`` and ``harness_csv``); imports only the report's models.
 The names are PyTorch's dynamo harness's (``benchmarks/dynamo/common.py``) wherever it has one, so that
@@ -31,6 +32,11 @@ ACCURACY: Final[dict[Status, str]] = {  # compilebench status -> the harness's a
     "crashed": "infra_error",
     "unschedulable": "infra_error",
 }
+
+
+class ExportError(ValueError):
+    """An export that cannot be made; the message is one line meant for the user."""
+
 
 BATCH_PARAMS: Final = ("batch", "batch_size")  # the target parameters that are its batch size
 BYTES_PER_GB: Final = 10**9  # the harness's peak memory unit: torch.cuda.max_memory_allocated() / 10**9

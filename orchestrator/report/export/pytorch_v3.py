@@ -14,10 +14,10 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
-from orchestrator.report.export.mapping import accuracy, batch_size, dtype_name, model_name, peak_gb
+from orchestrator.report.export.mapping import ExportError, accuracy, batch_size, dtype_name, model_name, peak_gb
 from orchestrator.report.models import Environment, Node, Report, traffic_label
 from orchestrator.report.summary import device_model
 from tasks.result import Result, SideTiming
@@ -246,5 +246,10 @@ def _strings(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _unix_seconds(created_at: str) -> int:
-    """The report's UTC time stamp as whole seconds since the epoch, the table's ``timestamp``."""
-    return int(datetime.fromisoformat(created_at).timestamp())
+    """The report's time stamp as whole seconds since the epoch, the table's ``timestamp`` (UTC where it
+    names no zone). Raises ``ExportError`` for one that is not ISO 8601."""
+    try:
+        when = datetime.fromisoformat(created_at)
+    except ValueError:
+        raise ExportError(f"created_at: {created_at!r} is not an ISO 8601 time stamp") from None
+    return int((when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp())

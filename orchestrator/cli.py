@@ -403,6 +403,42 @@ def history(
 
 
 @app.command()
+def export(
+    path: Annotated[str, typer.Argument(help="A report (JSON), or the journal of a run that died; a path or a URL.")],
+    format: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="pytorch-v3: a JSON list of PyTorch OSS benchmark database records (oss_ci_benchmark_v3); "
+            "csv: the dynamo harness's performance CSV (check_perf_csv.py reads it).",
+        ),
+    ] = "pytorch-v3",
+    out: Annotated[str | None, typer.Option("--out", "-o", help="Write to this path or URL instead of stdout.")] = None,
+    repo: Annotated[
+        str | None, typer.Option(help="pytorch-v3: the repository of the change measured (e.g. pytorch/pytorch).")
+    ] = None,
+    head_branch: Annotated[str | None, typer.Option(help="pytorch-v3: its branch.")] = None,
+    head_sha: Annotated[str | None, typer.Option(help="pytorch-v3: its commit.")] = None,
+) -> None:
+    """Write a report in another tool's format: one record per result and metric for PyTorch's benchmark
+    database, or one CSV row per result in the dynamo harness's columns. Needs no Ray. Exit 2 for an
+    unknown format, unreadable input or an --out that cannot be written."""
+    from orchestrator.report.export import ExportError, check_format, export_text
+
+    try:
+        check_format(format)
+        text = export_text(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
+    except ExportError as e:
+        raise _fail(str(e), 2) from None
+    if out is None:
+        sys.stdout.write(text)
+        return
+    _write_page(text, out)
+    err_console.print(f"{format}: {out}", highlight=False)
+
+
+@app.command()
 def schema() -> None:
     """Print the JSON Schema of the spec file, for editors (VS Code's YAML extension) and validators."""
     import json

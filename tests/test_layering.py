@@ -276,7 +276,7 @@ def test_the_floor_check_finds_crossings_and_loose_modules():
 REPORT_ORDER = [
     "models", "cells", "decision", "summary", "io", "replay", "views", "render", "page", "charts", "html",
     "compile_phases", "compare.models", "compare.gate", "compare.render", "compare", "changepoints", "history",
-    "history_html", "progress",
+    "history_html", "progress", "export.mapping", "export.pytorch_v3", "export.harness_csv", "export",
 ]  # fmt: skip
 
 

@@ -1,4 +1,5 @@
-"""The report side needs neither Ray nor torch: `--help`, `report`, `compare` and `schema` run with both hidden."""
+"""The report side needs neither Ray nor torch: `--help`, `report`, `compare`, `export` and `schema` run with both
+hidden."""
 
 from __future__ import annotations
 
@@ -72,6 +73,8 @@ def test_the_hiding_works(reports):
         (["compare", "base.json", "new.json"], 1, "REGRESSION"),
         (["compare", "base.json", "base.json"], 0, "no regressions"),
         (["schema"], 0, '"title": "compilebench spec"'),
+        (["export", "base.json"], 0, '"schema_version": "v3"'),
+        (["export", "base.json", "--format", "csv"], 0, "dev,name,batch_size,speedup,abs_latency"),
     ],
 )
 def test_report_compare_and_schema_need_neither_ray_nor_torch(reports, args, code, expected):
@@ -90,7 +93,7 @@ def test_importing_the_report_package_loads_no_ray_or_torch():
     code = (
         "import sys\n"
         "import orchestrator.report, orchestrator.report.compare, orchestrator.report.html, orchestrator.plan.schema\n"
-        "import orchestrator.report.progress\n"
+        "import orchestrator.report.progress, orchestrator.report.export\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch'))\n"
         "assert not bad, bad\n"
     )

@@ -12,7 +12,8 @@ Imports run one way: each module imports only modules listed before it.
 - ``render``: the terminal, Markdown, CSV; ``page``, ``charts``, then ``html``: one self-contained page;
 - ``compile_phases``, then ``compare``: two reports, experiment by experiment, as a regression gate;
 - ``changepoints``, ``history``, then ``history_html``: series across reports and where they changed;
-- ``progress``: the live line of a running sweep.
+- ``progress``: the live line of a running sweep;
+- ``export``: a report in other tools' formats (PyTorch's benchmark database, the dynamo harness's CSV).
 """
 
 from __future__ import annotations

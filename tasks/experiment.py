@@ -16,7 +16,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 Device = Literal["auto", "cuda", "cpu"]
 CompileMethod = Literal["torch_compile", "module_compile"]
@@ -29,6 +29,10 @@ Optimizer = Literal["sgd", "adamw"]
 TimingMethod = Literal["wall", "events"]
 AllocatorSetting = Literal["steady", "system"]
 CheckReference = Literal["fp64", "eager"]
+Strategy = Literal["ddp", "fsdp2"]
+OptimizeDDP = Literal["ddp_optimizer", "python_reducer", "off"]
+FsdpCompileScope = Literal["block", "model"]
+BatchScope = Literal["global", "per_rank"]
 
 
 class Closed(BaseModel):
@@ -268,6 +272,70 @@ class DecisionConfig(Closed):
     )
 
 
+DDP_ONLY = ("optimize_ddp",)  # DistributedConfig fields that belong to one strategy only
+FSDP2_ONLY = ("compile_per", "reshard_after_forward")
+
+
+class DistributedConfig(Closed):
+    """A training step across ``world_size`` ranks of one node: one process per GPU (or per core set on
+    the CPU), gang-scheduled together, ``torch.distributed`` over NCCL on CUDA and gloo on the CPU.
+
+    ``ddp``: the target wrapped in ``DistributedDataParallel``, then compiled; Dynamo's
+    ``optimize_ddp`` says how compile meets DDP's buckets. ``fsdp2``: ``fully_shard`` per block
+    and then the whole model, compiled per block first (torchtitan's order) or as a whole.
+    Options of the other strategy are an error; None means the strategy's default.
+    """
+
+    strategy: Strategy = Field(description="'ddp' (DistributedDataParallel) or 'fsdp2' (fully_shard)")
+    world_size: int = Field(ge=1, description="ranks, one process and one GPU (or core set) each, on one node")
+    optimize_ddp: OptimizeDDP | None = Field(
+        default=None,
+        description="ddp only: torch._dynamo.config.optimize_ddp: 'ddp_optimizer' (graphs split at bucket "
+        "boundaries; the default), 'python_reducer' (compiled autograd traces DDP's reducer), 'off'",
+    )
+    compile_per: FsdpCompileScope | None = Field(
+        default=None,
+        description="fsdp2 only: 'block' (torch.compile each block, then fully_shard it; torchtitan's way; the "
+        "default) or 'model' (fully_shard the blocks and the model, then compile the whole model)",
+    )
+    reshard_after_forward: bool | None = Field(
+        default=None, description="fsdp2 only: free the gathered parameters after forward (None: true)"
+    )
+    compiled_autograd: bool = Field(
+        default=False, description="trace the backward with compiled autograd (torch._dynamo.config.compiled_autograd)"
+    )
+    bucket_cap_mb: float | None = Field(
+        default=None, gt=0, description="MiB per gradient bucket (ddp: DDP's bucket_cap_mb; None: 25)"
+    )
+    batch: BatchScope = Field(
+        default="global",
+        description="'global': the target's batch is the whole gang's, each rank takes its 1/world_size shard "
+        "(it must divide); 'per_rank': each rank runs the target's batch as given",
+    )
+
+    @model_validator(mode="after")
+    def _options_of_the_strategy(self) -> DistributedConfig:
+        other = FSDP2_ONLY if self.strategy == "ddp" else DDP_ONLY
+        given = [name for name in other if getattr(self, name) is not None]
+        if given:
+            owner = "fsdp2" if self.strategy == "ddp" else "ddp"
+            raise ValueError(f"{given[0]} is an option of strategy {owner}, not of {self.strategy}")
+        return self
+
+    def label(self) -> str:
+        """A short human name: ``ddp x2``, ``fsdp2 x4+per_model``."""
+        parts = [f"{self.strategy} x{self.world_size}"]
+        for name in (*DDP_ONLY, *FSDP2_ONLY, "bucket_cap_mb"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name}={value}")
+        if self.compiled_autograd:
+            parts.append("compiled_autograd")
+        if self.batch != "global":
+            parts.append(self.batch)
+        return "+".join(parts)
+
+
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
@@ -324,6 +392,19 @@ class Experiment(Closed):
         "tlparse is installed. The trace is written while the compile runs: a traced run's compile latency "
         "includes its cost. Not part of the experiment's id (it measures the same compile)",
     )
+
+    distributed: DistributedConfig | None = Field(
+        default=None,
+        description="train across ranks of one node: {strategy: ddp|fsdp2, world_size: k, ...}; None: one process",
+    )
+
+    @model_validator(mode="after")
+    def _distributed_trains(self) -> Experiment:
+        if self.distributed is not None and self.phase != "training":
+            raise ValueError(
+                f"distributed.strategy {self.distributed.strategy} needs phase: training (got phase: {self.phase})"
+            )
+        return self
 
     @field_validator("target")
     @classmethod

@@ -19,9 +19,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.experiment import (
+    BatchScope,
     CacheState,
     CompileConfig,
     DecisionConfig,
+    DistributedConfig,
     Experiment,
     Phase,
     Precision,
@@ -337,6 +339,62 @@ class ReplayResult(BaseModel):
     cumulative_ms: dict[str, list[float]] = Field(default_factory=dict)
 
 
+class RankFigures(BaseModel):
+    """What one rank of a distributed experiment measured, as a single-process result would: its own step
+    times per side (raw samples), its compile, its graphs and its peak memory.
+
+    ``graph_count``/``graph_breaks`` are the user's graphs and breaks; ``ddp_splits`` the extra graphs
+    Dynamo's DDPOptimizer cut at bucket boundaries (not breaks). ``collective_ms`` is the time the
+    profiler attributes to collectives per side, where it can split it out.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    rank: int
+    hostname: str | None = None
+    pid: int | None = None
+    gpu_ids: list[str] = Field(default_factory=list)
+    eager: SideTiming | None = None
+    compiled: SideTiming | None = None
+    compile_latency_s: float | None = None
+    compile_cache: CompileCache | None = None
+    graphs_compiled: int | None = None
+    graph_count: int | None = None
+    graph_breaks: int | None = None
+    ddp_splits: int | None = None
+    recompiles: int = 0
+    break_reasons: list[str] = Field(default_factory=list)
+    loss: dict[str, float] = Field(default_factory=dict)  # side -> the checked step's loss on this rank
+    collective_ms: dict[str, float] | None = None
+    error: ErrorInfo | None = None  # this rank's failure, where it is the one that failed
+
+
+class DistributedResult(BaseModel):
+    """A distributed experiment's ranks and what the gang did together.
+
+    The result's own ``eager``/``compiled`` are the gang's steps: step i's time is the slowest rank's
+    step i (ranks meet in collectives every step), so speedup, summary and compare read a distributed
+    result as any other. ``throughput`` is samples (or tokens, ``throughput_unit``) per second for the
+    whole gang, per side; ``disagreements`` says where ranks differ (graph counts, a recompile on one
+    rank only); ``failed_rank`` is the rank whose failure ended the experiment.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: DistributedConfig
+    world_size: int
+    backend: str  # torch.distributed's: nccl or gloo
+    batch: BatchScope = "global"
+    global_batch: int | None = None  # samples per step across the gang
+    ranks: list[RankFigures] = Field(default_factory=list)
+    throughput: dict[str, float] = Field(default_factory=dict)
+    throughput_unit: Literal["samples/s", "tokens/s"] = "samples/s"
+    disagreements: list[str] = Field(default_factory=list)
+    failed_rank: int | None = None
+    gang_id: str | None = None  # which gang of long-lived processes ran it
+    gang_experiments_before: int | None = None  # experiments that gang ran before this one
+
+
 class Result(BaseModel):
     """What one experiment produced, success or failure."""
 
@@ -386,6 +444,7 @@ class Result(BaseModel):
     replay: ReplayResult | None = None  # shape traffic replayed (Experiment.replay); its recompiles are no flaw
     decision: DecisionConfig | None = None  # the experiment's: how the summary weighs compile against calls
     trace: TraceInfo | None = None  # the measured compile's structured trace (Experiment.trace), beside the report
+    distributed: DistributedResult | None = None  # a training step across ranks (Experiment.distributed)
 
     @property
     def config_label(self) -> str:
@@ -406,4 +465,4 @@ def result_identity(exp: Experiment) -> dict[str, Any]:
         "gpu_model": exp.gpu_model,
         "decision": exp.decision,
         "traffic": exp.replay,
-    }
+    }  # a distributed experiment's config travels in Result.distributed.config

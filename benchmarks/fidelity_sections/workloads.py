@@ -91,8 +91,10 @@ def workloads(device: torch.device) -> list[tuple[str, Callable[[], Any]]]:
 def gpu_workloads(device: torch.device) -> list[tuple[str, Callable[[], Any]]]:
     """The GPU check's workloads: foo3 at 4096x4096 (memory-bound) and foo at 10x10 (launch-bound),
     eager and compiled (default mode), beside the calls of ``workloads``."""
-    from tasks.targets.seed import foo, foo3
+    from tasks.targets import seed
 
+    seed._import_torch()  # the tutorial's functions read torch from their module's globals, bound by a factory
+    foo, foo3 = seed.foo, seed.foo3
     big = torch.randn(4096, 4096, device=device)
     x, y = torch.randn(10, 10, device=device), torch.randn(10, 10, device=device)
     foo3_c, foo_c = torch.compile(foo3), torch.compile(foo)

@@ -28,6 +28,14 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local tests need no token
 if os.environ.get("PYTEST_XDIST_WORKER") or "COMPILEBENCH_STATE_DIR" not in os.environ:
     os.environ["COMPILEBENCH_STATE_DIR"] = tempfile.mkdtemp(prefix="compilebench-tests-")
 
+# Inductor probes the CPU's vector instructions once per process, on its first CPU compile, by building a
+# test program with torch's headers for each instruction set the CPU reports (8-10 s of gcc on a 2-core
+# machine in a process whose cache directory is empty: every worker process and every cold experiment of
+# the suite). Its answer here is the set /proc/cpuinfo lists, which TORCHINDUCTOR_VEC_ISA_OK=1 tells it
+# outright (torch's own switch; the same instruction set is picked). Set before torch is imported anywhere:
+# the suite's Ray workers and subprocesses inherit it. tests/test_compiling.py times the probe itself.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 # Ray's bookkeeping for the shared instance: 4 CPUs and 4 logical GPUs, so that
 # GPU-pinning is exercised on a machine without GPUs.
 RAY_CPUS = 4
@@ -100,11 +108,17 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
         cluster.shutdown()
 
 
+# Modules that run whole sweeps in processes of their own (a fresh Ray each) and take the longest: they go
+# first, so that under pytest-xdist (``-n 2 --dist loadfile``) the other worker runs the rest beside them
+# rather than one of them running alone at the end.
+LONGEST_FIRST = ("test_cli.py",)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules that use the session's local instance first, those of them that also join a multi-node
-    cluster (they import ``multinode_cluster``; they do it in their last tests) next, then the rest: the
-    local instance is started once, not again after each cluster. Within a module, and within each of the
-    three groups, the collection's order."""
+    """The longest self-contained modules (``LONGEST_FIRST``) first; then modules that use the session's
+    local instance, those of them that also join a multi-node cluster (they import ``multinode_cluster``;
+    they do it in their last tests) next, then the rest: the local instance is started once, not again
+    after each cluster. Within a module, and within each group, the collection's order."""
 
     def module_of(item: pytest.Item) -> str:
         return item.nodeid.partition("::")[0]
@@ -117,6 +131,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             clustered.add(module_of(item))
 
     def rank(module: str) -> int:
+        if Path(module).name in LONGEST_FIRST:
+            return -1
         return 2 if module not in local else 1 if module in clustered else 0
 
     position = {module: n for n, module in enumerate(dict.fromkeys(map(module_of, items)))}

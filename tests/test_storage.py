@@ -452,6 +452,25 @@ def test_a_run_that_lost_its_lease_stops_at_its_next_result(s3):
     assert Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}")).token == "theirs"  # type: ignore[union-attr]
 
 
+def test_with_a_botocore_too_old_to_send_conditions_the_lease_is_kept_by_read_then_write_and_noted(s3, monkeypatch):
+    import botocore
+
+    from orchestrator.store import storage
+
+    monkeypatch.setattr(storage, "_botocore_sends_conditions", lambda: False)  # s3fs would drop them silently
+    url = f"{s3.prefix()}/r.journal"
+    with Journal(url) as journal:
+        assert journal.previous.warnings == [
+            f"{url}: botocore {botocore.__version__} cannot send S3's conditional writes (a newer one can), so the "
+            "journal's lease is taken and renewed by a read then a write: two runs started on this journal at the "
+            "same moment could both run"
+        ]
+        journal.append(result("a"))
+        with pytest.raises(JournalError, match=r"is being written by another compilebench run \(host "):
+            Journal(url)
+    assert s3.names(url) == ["00000000-a-r0.json"]
+
+
 def test_a_renewal_the_store_made_but_whose_answer_was_lost_keeps_the_lease(s3):
     url = f"{s3.prefix()}/r.journal"
     lease = f"{url}/{LEASE_NAME}"

@@ -198,6 +198,17 @@ def conditional(fs: AbstractFileSystem) -> bool:
     return type(fs).__module__.split(".")[0] == "s3fs" and _botocore_sends_conditions()
 
 
+def without_conditions(fs: AbstractFileSystem, url: str) -> str | None:
+    """Why writes to ``fs`` (that of ``url``) cannot be conditional, as a clause for people; None when they can."""
+    if conditional(fs):
+        return None
+    if type(fs).__module__.split(".")[0] == "s3fs":
+        import botocore
+
+        return f"botocore {botocore.__version__} cannot send S3's conditional writes (a newer one can)"
+    return f"{scheme(url)}:// gives compilebench no conditional writes (S3 does)"
+
+
 @functools.cache
 def _botocore_sends_conditions() -> bool:
     """PutObject takes ``IfNoneMatch`` and ``IfMatch``, DeleteObject ``IfMatch``, in this botocore's S3 model."""

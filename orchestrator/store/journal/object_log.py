@@ -36,7 +36,6 @@ from orchestrator.store.journal.reading import object_name, read_objects, result
 from orchestrator.store.storage import (
     ConditionFailed,
     Version,
-    conditional,
     create_only,
     delete_version,
     join,
@@ -46,7 +45,7 @@ from orchestrator.store.storage import (
     problem,
     read_version,
     replace_version,
-    scheme,
+    without_conditions,
 )
 from tasks.models import Result
 
@@ -56,10 +55,10 @@ LEASE_RENEW_S = 30.0  # how often a run rewrites its lease
 LEASE_STALE_S = 120.0  # a lease not renewed for this long (four renewals missed) belongs to a run that is gone
 TAKE_ATTEMPTS = 3  # reads of the lease a run makes while others keep changing it, before it gives up
 
-# The note of a run on a store without conditional writes (``.format(url=..., scheme=...)``).
+# The note of a run on a store without conditional writes (``.format(url=..., why=...)``).
 NOT_CONDITIONAL = (
-    "{url}: {scheme}:// gives compilebench no conditional writes (S3 does), so the journal's lease is taken "
-    "and renewed by a read then a write: two runs started on this journal at the same moment could both run"
+    "{url}: {why}, so the journal's lease is taken and renewed by a read then a write: two runs started on "
+    "this journal at the same moment could both run"
 )
 
 
@@ -160,8 +159,8 @@ class ObjectLog:
         except BaseException:
             self.close()
             raise
-        if not conditional(self.fs):
-            contents.warnings.append(NOT_CONDITIONAL.format(url=self.url, scheme=scheme(self.url)))
+        if why := without_conditions(self.fs, self.url):
+            contents.warnings.append(NOT_CONDITIONAL.format(url=self.url, why=why))
         self._renewer = threading.Thread(target=self._renew_until_closed, name="journal-lease", daemon=True)
         self._renewer.start()
         return contents

@@ -8,13 +8,17 @@ are the real CLI joining the session's Ray instance (``tests.test_resume``'s hel
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -32,8 +36,18 @@ from orchestrator.store.journal import (
     journal_path,
     read_journal,
 )
-from orchestrator.store.storage import location
+from orchestrator.store.storage import (
+    ConditionFailed,
+    conditional,
+    create_only,
+    delete_version,
+    location,
+    open_location,
+    read_version,
+    replace_version,
+)
 from tests.conftest import use_s3_endpoint
+from tests.lease_race import race
 from tests.report_data import make_report, make_result
 from tests.test_resume import ROOT, gated_sweep, start
 
@@ -169,6 +183,8 @@ def test_a_run_writes_its_report_page_and_journal_as_objects(s3, address, write_
 def test_a_driver_killed_mid_sweep_resumes_from_the_bucket_with_every_experiment_once(
     s3, address, write_spec, tmp_path
 ):
+    """While the first driver runs, a second on the same --out exits 2 in one line naming it (the first
+    is held by its gate meanwhile: the refusal costs this test only the second's start)."""
     gate = tmp_path / "gate"
     spec, prefix = write_spec(gated_sweep(gate, free=2)), s3.prefix()
     out, journal = f"{prefix}/r.json", f"{prefix}/r.journal"
@@ -180,6 +196,7 @@ def test_a_driver_killed_mid_sweep_resumes_from_the_bucket_with_every_experiment
         assert first.poll() is None, first.communicate()
         assert time.monotonic() < deadline, "no results arrived"
         time.sleep(0.1)
+    assert_refused_naming(first.pid, spec, out, address)
     first.kill()  # SIGKILL: no handler runs; its lease stays behind, naming a process that is gone
     first.communicate()
     assert LEASE_NAME in s3.names(journal) and "r.json" not in s3.names(prefix)
@@ -204,6 +221,26 @@ def test_a_driver_killed_mid_sweep_resumes_from_the_bucket_with_every_experiment
     results = [n for n in names if "garbage" not in n]
     assert [n[:8] for n in results] == ["00000000", "00000001", "00000003", "00000004", "00000005", "00000006"]
     assert sorted(n.split("-")[1] for n in results) == sorted(ids)  # nothing ran twice
+
+
+def assert_refused_naming(holder: int, spec: Path, out: str, address: str) -> None:
+    """A driver started on ``out`` while process ``holder`` of this host runs there exits 2 in one line
+    naming the holder: host, pid, since when, when the lease expires."""
+    second = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "run", str(spec), "--out", out, "--address", address],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert second.returncode == 2, second.stderr
+    when, host = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", re.escape(Lease.mine().host)
+    assert re.fullmatch(
+        rf"error: {re.escape(journal_path(out))} is being written by another compilebench run \(host {host}, "
+        rf"pid {holder}, since {when}, renewed \d+ s ago; the lease expires at {when} \(in \d+ s\) unless "
+        r"renewed\); wait for it or choose another --out",
+        second.stderr.strip(),
+    ), second.stderr
 
 
 def test_the_library_runs_to_a_url_and_overwrite_empties_the_bucket_journal(s3, ray_cluster, write_spec):
@@ -323,7 +360,8 @@ def test_a_lease_is_judged_by_the_stores_clock_not_by_the_times_its_holder_wrote
     lease = f"{url}/{LEASE_NAME}"
     now, day = time.time(), 86400.0
     s3.fs.pipe_file(lease, Lease("another-host", 1, now - day, now - day, "behind").encode())  # its clock a day slow
-    with pytest.raises(JournalError, match=r"\(host another-host, pid 1, since .*, renewed \d{1,2} s ago\)"):
+    live = r"\(host another-host, pid 1, since .*, renewed \d{1,2} s ago; the lease expires at .* \(in \d+ s\) unless"
+    with pytest.raises(JournalError, match=live):
         Journal(url)  # the store wrote it just now: live
     assert s3.names(url) == [LEASE_NAME]  # the store's time was read off a probe, deleted
     s3.fs.pipe_file(lease, Lease("another-host", 1, now + day, now + day, "ahead").encode())  # its clock a day fast
@@ -332,6 +370,68 @@ def test_a_lease_is_judged_by_the_stores_clock_not_by_the_times_its_holder_wrote
         taken = Lease.parse(s3.fs.cat_file(lease))
         assert taken is not None and taken.token not in ("behind", "ahead") and taken.pid == os.getpid()
     assert s3.names(url) == []
+
+
+def test_the_store_honours_conditional_writes_and_deletes(s3):
+    """moto's server (5.2.5) answers S3's conditions as S3 does: 412 for ``If-None-Match: *`` on an object
+    that exists and for ``If-Match`` with another ETag, on PutObject and on DeleteObject."""
+    fs, key = open_location(f"{s3.prefix()}/lease.json")
+    assert conditional(fs)
+    first = create_only(fs, key, b"1")
+    with pytest.raises(FileExistsError):
+        create_only(fs, key, b"2")
+    second = replace_version(fs, key, b"3", first)
+    assert read_version(fs, key).data == b"3" and read_version(fs, key).tag == second != first
+    with pytest.raises(ConditionFailed):
+        replace_version(fs, key, b"4", first)  # the version read before is gone
+    with pytest.raises(ConditionFailed):
+        delete_version(fs, key, first)
+    assert read_version(fs, key).data == b"3"
+    delete_version(fs, key, second)
+    with pytest.raises(FileNotFoundError):
+        read_version(fs, key)
+    with pytest.raises(ConditionFailed):
+        replace_version(fs, key, b"5", second)  # If-Match on an object that is gone: never created anew
+
+
+def test_two_drivers_racing_for_one_journal_exactly_one_runs_every_time(s3):
+    """Two processes open the same journal at the same moment, 20 times: on an empty journal (both
+    create the lease with ``If-None-Match: *``), on a lease not renewed for 600 s and on one whose
+    process is gone (both read the same stale lease before either writes: ``tests.lease_race``). Each
+    time exactly one gets the lease, and the other is refused in one line naming it. Processes, not
+    threads: each has its own s3fs client and event loop, as two drivers have."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    now, host = time.time(), Lease.mine().host
+    rounds = []
+    for n in range(20):
+        url = f"{s3.prefix()}/r.journal"
+        if n % 4 == 1:
+            s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease("another-host", 1, now - 3600, now - 600, "old").encode())
+            s3.backdate(f"{url}/{LEASE_NAME}", 600)
+        elif n % 4 == 3:
+            s3.fs.pipe_file(f"{url}/{LEASE_NAME}", Lease(host, int(gone.stdout), now, now, "gone").encode())
+        rounds.append((url, n % 2 == 1))
+    spawn = multiprocessing.get_context("spawn")  # not fork: this process runs the S3 server's threads
+    start_together, read_together, answers = spawn.Barrier(2), spawn.Barrier(2), spawn.Queue()
+    racers = [spawn.Process(target=race, args=(rounds, start_together, read_together, answers)) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    try:
+        got = [answers.get(timeout=120) for _ in range(2 * len(rounds))]
+    finally:
+        for racer in racers:
+            racer.join(timeout=60)
+            if racer.exitcode is None:
+                racer.kill()
+    assert [racer.exitcode for racer in racers] == [0, 0]
+    for url, _ in rounds:
+        answered = {pid: refused for where, pid, refused in got if where == url}
+        winners = [pid for pid, refused in answered.items() if refused is None]
+        assert len(answered) == 2 and len(winners) == 1, (url, answered)
+        [loser] = [refused for refused in answered.values() if refused is not None]
+        held_by = f"{url} is being written by another compilebench run (host {host}, pid {winners[0]}, since "
+        assert loser.startswith(held_by), loser
+        assert s3.names(url) == []  # the winner gave its lease back
 
 
 def test_a_run_that_lost_its_lease_stops_at_its_next_result(s3):
@@ -350,6 +450,41 @@ def test_a_run_that_lost_its_lease_stops_at_its_next_result(s3):
     finally:
         journal.close()
     assert Lease.parse(s3.fs.cat_file(f"{url}/{LEASE_NAME}")).token == "theirs"  # type: ignore[union-attr]
+
+
+def test_with_a_botocore_too_old_to_send_conditions_the_lease_is_kept_by_read_then_write_and_noted(s3, monkeypatch):
+    import botocore
+
+    from orchestrator.store import storage
+
+    monkeypatch.setattr(storage, "_botocore_sends_conditions", lambda: False)  # s3fs would drop them silently
+    url = f"{s3.prefix()}/r.journal"
+    with Journal(url) as journal:
+        assert journal.previous.warnings == [
+            f"{url}: botocore {botocore.__version__} cannot send S3's conditional writes (a newer one can), so the "
+            "journal's lease is taken and renewed by a read then a write: two runs started on this journal at the "
+            "same moment could both run"
+        ]
+        journal.append(result("a"))
+        with pytest.raises(JournalError, match=r"is being written by another compilebench run \(host "):
+            Journal(url)
+    assert s3.names(url) == ["00000000-a-r0.json"]
+
+
+def test_a_renewal_the_store_made_but_whose_answer_was_lost_keeps_the_lease(s3):
+    url = f"{s3.prefix()}/r.journal"
+    lease = f"{url}/{LEASE_NAME}"
+    with Journal(url, lease_renew_s=0.05) as journal:
+        mine = Lease.parse(s3.fs.cat_file(lease))
+        assert mine is not None
+        s3.fs.pipe_file(lease, replace(mine, renewed_at=mine.renewed_at + 1).encode())  # its own lease, another ETag
+        deadline = time.monotonic() + 60
+        while (now := Lease.parse(s3.fs.cat_file(lease))) is not None and now.renewed_at <= mine.renewed_at + 1:
+            assert time.monotonic() < deadline, "the lease was not renewed again"
+            time.sleep(0.05)
+        assert now is not None and now.token == mine.token
+        journal.append(result("a"))  # not lost: renewed from the version it found
+    assert s3.names(url) == ["00000000-a-r0.json"]
 
 
 # ------------------------------------------------------------------ reading and bad input

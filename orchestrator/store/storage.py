@@ -11,14 +11,26 @@ standard settings, never from compilebench: for S3, botocore's chain (``AWS_ACCE
 ``AWS_ENDPOINT_URL`` for an S3-compatible store (MinIO, Ceph), which botocore (since 1.31)
 reads by itself under s3fs. Every failure of a store reaches the caller as ``StorageError``,
 one line meant for the user.
+
+Conditional writes (``read_version``, ``create_only``, ``replace_version``, ``delete_version``): an
+object read with its version tag, then created only if absent, replaced or deleted only if it is still
+that version. On S3 they are the store's own conditions, sent through s3fs's botocore client (fsspec's
+interface carries none of them but the create): ``If-None-Match: *`` on PutObject to create, ``If-Match:
+<ETag>`` on PutObject to replace and on DeleteObject to delete, each answered 412 when it does not
+hold, so of two writers only one wins. Elsewhere (``conditional`` is False) they are emulated by a read,
+a comparison and a write: not atomic, the caller says so.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tasks.files import PROBE_PREFIX, URL_SCHEME, local_path
@@ -32,8 +44,32 @@ Location = Path | str  # a local path, or the URL of an object in a store (never
 CREDENTIALS_HINT = "the store's standard credentials (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE)"
 
 
+# Where fsspec's ``info()`` puts an object's modification time: s3fs, adlfs, local files and gcsfs,
+# gcsfs's raw field; ``created`` (the memory store) where the store rewrites an object as a new one.
+_MODIFIED_KEYS = ("LastModified", "last_modified", "mtime", "updated", "created")
+
+# S3's answers to a condition that does not hold: 412 PreconditionFailed; 409 ConditionalRequestConflict
+# when another conditional write to the key is in flight; 404 NoSuchKey to If-Match on an absent key.
+_CONDITION_CODES = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "412", "409", "404")
+
+
 class StorageError(OSError):
     """A location that cannot be used as asked; the message is one line meant for the user."""
+
+
+class ConditionFailed(StorageError):
+    """A conditional write or delete found the object other than as read: another version, or gone."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """An object as read: its bytes, the tag a conditional write names this version by (S3's ETag;
+    elsewhere a digest of the bytes), and when the store wrote it (epoch seconds, the store's clock;
+    None where the store does not say)."""
+
+    data: bytes
+    tag: str
+    modified: float | None
 
 
 def scheme(url: str) -> str:
@@ -154,3 +190,153 @@ def glob(pattern: str) -> list[str]:
         return sorted(fs.unstrip_protocol(p) for p in fs.glob(path))
     except Exception as e:
         raise StorageError(problem(e, pattern)) from None
+
+
+def conditional(fs: AbstractFileSystem) -> bool:
+    """Whether writes to ``fs`` can be made conditional by the store itself: S3 through s3fs, with a
+    botocore that sends ``IfNoneMatch`` and ``IfMatch`` (s3fs drops parameters botocore does not know)."""
+    return type(fs).__module__.split(".")[0] == "s3fs" and _botocore_sends_conditions()
+
+
+def without_conditions(fs: AbstractFileSystem, url: str) -> str | None:
+    """Why writes to ``fs`` (that of ``url``) cannot be conditional, as a clause for people; None when they can."""
+    if conditional(fs):
+        return None
+    if type(fs).__module__.split(".")[0] == "s3fs":
+        import botocore
+
+        return f"botocore {botocore.__version__} cannot send S3's conditional writes (a newer one can)"
+    return f"{scheme(url)}:// gives compilebench no conditional writes (S3 does)"
+
+
+@functools.cache
+def _botocore_sends_conditions() -> bool:
+    """PutObject takes ``IfNoneMatch`` and ``IfMatch``, DeleteObject ``IfMatch``, in this botocore's S3 model."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("s3")
+    put = model.operation_model("PutObject").input_shape.members
+    delete = model.operation_model("DeleteObject").input_shape.members
+    return "IfNoneMatch" in put and "IfMatch" in put and "IfMatch" in delete
+
+
+def read_version(fs: AbstractFileSystem, path: str) -> Version:
+    """The object at ``path`` with its version tag and time, read at once (S3: one GetObject);
+    ``FileNotFoundError`` when there is none."""
+    if conditional(fs):
+        answer = _s3_call(fs, "get_object", path, read_body=True)
+        return Version(answer["Body"], str(answer["ETag"]), modified_time(answer))
+    fs.invalidate_cache(path)  # info() may answer from a listing made before the last write
+    data = bytes(fs.cat_file(path))
+    return Version(data, _digest(data), modified_time(fs.info(path)))
+
+
+def create_only(fs: AbstractFileSystem, path: str, data: bytes) -> str:
+    """Write ``path`` only if it does not exist (S3: ``If-None-Match: *``); its new version tag.
+    ``FileExistsError`` when it does. Elsewhere fsspec's exclusive create, where the store's
+    package has one, else a check then a write."""
+    if conditional(fs):
+        try:
+            return str(_s3_call(fs, "put_object", path, Body=data, IfNoneMatch="*")["ETag"])
+        except ConditionFailed:
+            raise FileExistsError(path) from None
+    try:
+        fs.pipe_file(path, data, mode="create")
+    except TypeError:  # a package that predates fsspec's exclusive writes
+        if fs.exists(path):
+            raise FileExistsError(path) from None
+        fs.pipe_file(path, data)
+    return _digest(data)
+
+
+def replace_version(fs: AbstractFileSystem, path: str, data: bytes, tag: str) -> str:
+    """Replace ``path`` with ``data`` only if it is still the version ``tag`` (S3: ``If-Match``); its
+    new version tag. ``ConditionFailed`` when it is another version, or gone."""
+    if conditional(fs):
+        return str(_s3_call(fs, "put_object", path, Body=data, IfMatch=tag)["ETag"])
+    _check_version(fs, path, tag)
+    fs.pipe_file(path, data)
+    return _digest(data)
+
+
+def delete_version(fs: AbstractFileSystem, path: str, tag: str) -> None:
+    """Delete ``path`` only if it is still the version ``tag`` (S3: ``If-Match`` on DeleteObject);
+    ``ConditionFailed`` when it is another version, or gone."""
+    if conditional(fs):
+        _s3_call(fs, "delete_object", path, IfMatch=tag)
+        return
+    _check_version(fs, path, tag)
+    fs.rm_file(path)
+
+
+def _check_version(fs: AbstractFileSystem, path: str, tag: str) -> None:
+    try:
+        current = read_version(fs, path)
+    except FileNotFoundError:
+        raise ConditionFailed(f"{path}: gone") from None
+    if current.tag != tag:
+        raise ConditionFailed(f"{path}: another version")
+
+
+def _digest(data: bytes) -> str:
+    """The version tag of an object on a store without one of its own: a digest of its bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _s3_call(fs: Any, method: str, path: str, *, read_body: bool = False, **params: Any) -> dict[str, Any]:
+    """One S3 request through s3fs's own botocore client (its credentials, endpoint and retries), on
+    s3fs's event loop; ``ConditionFailed`` when a condition it sent does not hold, ``FileNotFoundError``
+    for a missing object of a request that sent none."""
+    from fsspec.asyn import sync
+
+    bucket, key, _ = fs.split_path(path)
+
+    async def call() -> dict[str, Any]:
+        answer: dict[str, Any] = await fs._call_s3(method, Bucket=bucket, Key=key, **params)
+        if read_body:
+            body = answer["Body"]
+            try:
+                answer["Body"] = await body.read()
+            finally:
+                body.close()
+        return answer
+
+    try:
+        return sync(fs.loop, call)
+    except Exception as e:
+        code = _s3_code(e)
+        conditions = "IfMatch" in params or "IfNoneMatch" in params
+        if conditions and code in _CONDITION_CODES:
+            raise ConditionFailed(f"{path}: {code}") from None
+        if code == "NoSuchKey":
+            raise FileNotFoundError(path) from None
+        raise
+    finally:
+        fs.invalidate_cache(path)
+
+
+def _s3_code(e: BaseException) -> str | None:
+    """The S3 error code of ``e``: botocore's ``ClientError``, or the one s3fs translated it from."""
+    for error in (e, e.__cause__):
+        response = getattr(error, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            return str(code) if code is not None else None
+    return None
+
+
+def modified_time(info: dict[str, Any]) -> float | None:
+    """An object's modification time in fsspec's ``info()`` (or S3's answer), as epoch seconds: a
+    ``datetime`` (one without a zone is UTC), a number, or an ISO 8601 string; None where there is none."""
+    for key in _MODIFIED_KEYS:
+        value = info.get(key)
+        if isinstance(value, str):
+            try:
+                value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+        if isinstance(value, datetime):
+            return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None

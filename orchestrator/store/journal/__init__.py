@@ -24,21 +24,22 @@ over, an explicit deletion). It has two layouts, with the same contents and the 
 
   One writer at a time, on a store without locks: the run holds a lease, the object
   ``lease.json`` under the prefix, naming its host, process id, start time and a random token.
-  It is created with an exclusive create (S3's ``If-None-Match: *`` through s3fs; stores
-  without one get a check, then a write) and renewed every ``LEASE_RENEW_S`` while the run
-  lasts. A second run refuses to start while the lease is live, ``overwrite`` or not (as the
-  lock does). A lease is stale when it was not renewed for ``LEASE_STALE_S``, or at once when
-  it names a process of this host that is gone (a driver killed on the same node, as a
-  resubmitted ``ray job`` is); a stale lease is taken over. How long it went unrenewed is read
-  off the store's own clock alone: the time the store says it last wrote the lease object,
-  against the time it says it wrote a probe object (``lease-probe-<token>``) the reader has just
-  written and deletes at once; neither the holder's clock nor the reader's enters, so hosts
-  whose clocks disagree judge a lease alike. (A store that reports no modification times is
-  judged by the ``renewed_at`` the holder wrote, against the reader's clock.) Limits: taking a
-  stale lease over is a delete then an exclusive create, so of two runs doing it at once the
-  second may delete the first's new lease; and a run whose lease was taken (stalled past
-  ``LEASE_STALE_S``) learns it at its next renewal and stops at its next result, but may have
-  written one more object meanwhile.
+  Every write of it is conditional on the version the run read or wrote last: created only if
+  absent (S3's ``If-None-Match: *``), a stale one taken over, renewed every ``LEASE_RENEW_S`` and
+  deleted at the end only if it is still that version (``If-Match: <ETag>``), so of two runs
+  reaching for it at once exactly one holds it; the other reads the winner's lease and refuses to
+  start, ``overwrite`` or not (as the lock does), in one line naming the holder and when its lease
+  expires. A lease is stale when it was not renewed for ``LEASE_STALE_S``, or at once when it
+  names a process of this host that is gone (a driver killed on the same node, as a resubmitted
+  ``ray job`` is). How long it went unrenewed is read off the store's own clock alone: the time
+  the store says it last wrote the lease object, against the time it says it wrote a probe object
+  (``lease-probe-<token>``) the reader has just written and deletes at once; neither the holder's
+  clock nor the reader's enters, so hosts whose clocks disagree judge a lease alike. (A store that
+  reports no modification times is judged by the ``renewed_at`` the holder wrote, against the
+  reader's clock.) A run whose lease was taken (stalled past ``LEASE_STALE_S``) learns it at its
+  next renewal, whose condition fails, and stops at its next result, but may have written one
+  more object meanwhile. Stores other than S3 have no conditional writes here: each condition is
+  emulated by a read then a write, not atomic, and the run says so in a note.
 
 Reading keeps the **first** result of each run: an experiment id and its replicate
 (``RunKey``; an experiment with ``replicates: k`` has k runs, 0..k-1). A resumed run never reruns

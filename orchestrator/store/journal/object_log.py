@@ -5,13 +5,16 @@ and its resumes (a resumed run starts after the highest one there). Objects of a
 lease, anything else) are not results and are left alone, by ``overwrite`` too.
 
 One writer at a time, on a store without locks: the run holds a lease, the object ``lease.json``
-under the prefix, naming its host, process id, start time and a random token. It is created with an
-exclusive create (S3's ``If-None-Match: *`` through s3fs; stores without one get a check, then a
-write) and renewed every ``LEASE_RENEW_S`` on a thread while the run lasts. A lease is stale when it
-was not renewed for ``LEASE_STALE_S``, or at once when it names a process of this host that is gone;
-a stale lease is taken over. How long it went unrenewed is read off the store's clock alone (the
-lease object's modification time against that of a probe object written now), so hosts whose clocks
-disagree judge a lease alike. The limits of this are in ``orchestrator.store.journal``.
+under the prefix, naming its host, process id, start time and a random token. Every write of it is
+conditional on what the run read or wrote last (``orchestrator.store.storage``: S3's ``If-None-Match:
+*`` to create it, ``If-Match: <ETag>`` to take over a stale one, to renew it every ``LEASE_RENEW_S``
+and to delete it at the end), so of two runs reaching for it at once exactly one holds it, and a run
+whose lease was taken learns it at its next renewal instead of overwriting the new holder's. A lease
+is stale when it was not renewed for ``LEASE_STALE_S``, or at once when it names a process of this
+host that is gone. How long it went unrenewed is read off the store's clock alone (the lease object's
+modification time against that of a probe object written now), so hosts whose clocks disagree judge
+a lease alike. On a store without conditional writes the conditions are emulated by a read then a
+write, and the run says so (``NOT_CONDITIONAL``). The limits of this are in ``orchestrator.store.journal``.
 
 Imports ``contents`` and ``reading`` of the package.
 """
@@ -26,23 +29,37 @@ import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from orchestrator.store.journal.contents import JournalContents, JournalError, refusal
 from orchestrator.store.journal.reading import object_name, read_objects, result_names, sequence_of
-from orchestrator.store.storage import join, name_of, open_location, problem
+from orchestrator.store.storage import (
+    ConditionFailed,
+    Version,
+    create_only,
+    delete_version,
+    join,
+    modified_time,
+    name_of,
+    open_location,
+    problem,
+    read_version,
+    replace_version,
+    without_conditions,
+)
 from tasks.models import Result
 
 LEASE_NAME = "lease.json"
 LEASE_PROBE_PREFIX = "lease-probe-"  # + a reader's token: written, its time read, deleted
 LEASE_RENEW_S = 30.0  # how often a run rewrites its lease
 LEASE_STALE_S = 120.0  # a lease not renewed for this long (four renewals missed) belongs to a run that is gone
+TAKE_ATTEMPTS = 3  # reads of the lease a run makes while others keep changing it, before it gives up
 
-# Where fsspec's ``info()`` puts an object's modification time: s3fs, adlfs, local files and gcsfs,
-# gcsfs's raw field; ``created`` (the memory store) where the store rewrites an object as a new one.
-_MODIFIED_KEYS = ("LastModified", "last_modified", "mtime", "updated", "created")
+# The note of a run on a store without conditional writes (``.format(url=..., why=...)``).
+NOT_CONDITIONAL = (
+    "{url}: {why}, so the journal's lease is taken and renewed by a read then a write: two runs started on "
+    "this journal at the same moment could both run"
+)
 
 
 @dataclass(frozen=True)
@@ -88,9 +105,20 @@ class Lease:
         return None
 
     def describe(self, age_s: float | None = None) -> str:
-        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started_at))
-        renewed = f", renewed {age_s:.0f} s ago" if age_s is not None else ""
-        return f"host {self.host}, pid {self.pid}, since {started}{renewed}"
+        """Who holds the lease and since when; given ``age_s`` (seconds since its last renewal, the
+        store's clock), also when it expires unless renewed (this host's clock)."""
+        started = _utc(self.started_at)
+        if age_s is None:
+            return f"host {self.host}, pid {self.pid}, since {started}"
+        left = max(LEASE_STALE_S - age_s, 0.0)
+        return (
+            f"host {self.host}, pid {self.pid}, since {started}, renewed {age_s:.0f} s ago; "
+            f"the lease expires at {_utc(time.time() + left)} (in {left:.0f} s) unless renewed"
+        )
+
+
+def _utc(epoch_s: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch_s))
 
 
 def _alive(pid: int) -> bool:
@@ -116,6 +144,7 @@ class ObjectLog:
         self.fs, self.root = open_location(self.url)
         self.lease_key = join(self.root, LEASE_NAME)
         self.lease = Lease.mine()
+        self.tag = ""  # the version tag of the lease as this run last wrote it
         self.renew_s = renew_s
         self.next = 0  # the sequence number of the next result object
         self.lost: str | None = None  # why this run no longer holds its lease
@@ -130,75 +159,69 @@ class ObjectLog:
         except BaseException:
             self.close()
             raise
+        if why := without_conditions(self.fs, self.url):
+            contents.warnings.append(NOT_CONDITIONAL.format(url=self.url, why=why))
         self._renewer = threading.Thread(target=self._renew_until_closed, name="journal-lease", daemon=True)
         self._renewer.start()
         return contents
 
     def _take_lease(self) -> None:
-        """Create the lease, taking over a stale one; ``JournalError`` while another run holds it."""
-        for _ in range(2):
-            try:
-                self._create(self.lease_key, self.lease.encode())
-                self._held = True
-                return
-            except FileExistsError:
-                pass
-            except Exception as e:
-                raise JournalError(problem(e, self.url)) from None
-            held = self._read_lease()
-            age = self.lease_age(held) if held is not None else None
-            if held is not None and age is not None and held.stale(age) is None:
-                raise JournalError(
-                    f"{self.url} is being written by another compilebench run ({held.describe(age)}); wait for it or "
-                    f"choose another --out (a run that is gone loses its lease {LEASE_STALE_S:.0f} s after its last "
-                    "renewal)"
-                )
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(self.lease_key)  # stale, or not a lease at all: take it over
-        raise JournalError(f"{self.url}: another run took the journal's lease while this one was taking it over")
-
-    def _create(self, key: str, data: bytes) -> None:
-        """Write ``key`` only if it does not exist: ``FileExistsError`` otherwise."""
+        """Create the lease if there is none (``If-None-Match: *``), else take it over if stale, only
+        if it is still the version read (``If-Match``); ``JournalError`` naming the holder while
+        another run holds it. A condition that fails means another run moved first: read again."""
         try:
-            self.fs.pipe_file(key, data, mode="create")
-        except TypeError:  # a store whose fsspec package predates exclusive writes: check, then write
-            if self.fs.exists(key):
-                raise FileExistsError(key) from None
-            self.fs.pipe_file(key, data)
+            for _ in range(TAKE_ATTEMPTS):
+                with contextlib.suppress(FileExistsError):
+                    self._hold(create_only(self.fs, self.lease_key, self.lease.encode()))
+                    return
+                try:
+                    found = read_version(self.fs, self.lease_key)
+                except FileNotFoundError:
+                    continue  # given back meanwhile: create it again
+                held = Lease.parse(found.data)
+                if held is not None and held.token == self.lease.token:  # this run's own write, answered late
+                    self._hold(found.tag)
+                    return
+                age = self.lease_age(found, held) if held is not None else None
+                if held is not None and age is not None and held.stale(age) is None:
+                    raise JournalError(
+                        f"{self.url} is being written by another compilebench run ({held.describe(age)}); wait for "
+                        "it or choose another --out"
+                    )
+                with contextlib.suppress(ConditionFailed):  # stale, or not a lease at all: take it over
+                    self._hold(replace_version(self.fs, self.lease_key, self.lease.encode(), found.tag))
+                    return
+        except JournalError:
+            raise
+        except Exception as e:
+            raise JournalError(problem(e, self.url)) from None
+        raise JournalError(
+            f"{self.url}: the journal's lease changed hands {TAKE_ATTEMPTS} times while this run was taking it; "
+            "another run is starting on it"
+        )
 
-    def lease_age(self, held: Lease) -> float | None:
-        """Seconds since the lease object was last written, by the store's clock: its modification
-        time against that of a probe object written now. None when the lease object is gone. A
-        store that reports no modification times: ``held.renewed_at`` against this host's clock."""
-        try:
-            written = self._modified(self.lease_key)
-        except FileNotFoundError:
-            return None
-        now = self._store_now() if written is not None else None
-        if written is None or now is None:
+    def _hold(self, tag: str) -> None:
+        self.tag, self._held = tag, True
+
+    def lease_age(self, found: Version, held: Lease) -> float:
+        """Seconds since the lease object ``found`` was last written, by the store's clock: its
+        modification time against that of a probe object written now. A store that reports no
+        modification times: ``held.renewed_at`` against this host's clock."""
+        now = self._store_now() if found.modified is not None else None
+        if found.modified is None or now is None:
             return max(time.time() - held.renewed_at, 0.0)
-        return max(now - written, 0.0)
+        return max(now - found.modified, 0.0)
 
     def _store_now(self) -> float | None:
         """The store's time now: when it says it wrote a probe object (deleted at once)."""
         probe = join(self.root, LEASE_PROBE_PREFIX + self.lease.token)
         try:
             self.fs.pipe_file(probe, b"")
-            return self._modified(probe)
+            self.fs.invalidate_cache(probe)  # info() may answer from a listing made before the write
+            return modified_time(self.fs.info(probe))
         finally:
             with contextlib.suppress(Exception):
                 self.fs.rm_file(probe)
-
-    def _modified(self, key: str) -> float | None:
-        """When the store last wrote ``key`` (epoch seconds), or None when it does not say."""
-        self.fs.invalidate_cache(key)  # info() may answer from a listing made before the last write
-        return _modified_time(self.fs.info(key))
-
-    def _read_lease(self) -> Lease | None:
-        try:
-            return Lease.parse(bytes(self.fs.cat_file(self.lease_key)))
-        except FileNotFoundError:
-            return None
 
     def _prepare(self, *, resume: bool, overwrite: bool) -> JournalContents:
         try:
@@ -236,18 +259,29 @@ class ObjectLog:
                 return
 
     def renew(self) -> None:
-        """Rewrite the lease with a new ``renewed_at``, unless another run has taken it (``lost``)."""
-        held = self._read_lease()
-        if held is None or held.token != self.lease.token:
-            who = f"({held.describe()})" if held else "(its lease object is gone)"
-            self.lost = (
-                f"{self.url}: this run lost the journal's lease to another run {who}; it stops here: rerun with "
-                "--resume once no other run writes there"
-            )
-            self._held = False
+        """Rewrite the lease with a new ``renewed_at`` only if it is still the version this run last
+        wrote (``If-Match``); when it is not, and the lease read now is not this run's own (a renewal
+        the store made but whose answer was lost), another run has taken it: ``lost``."""
+        renewed = replace(self.lease, renewed_at=time.time())
+        try:
+            self.tag, self.lease = replace_version(self.fs, self.lease_key, renewed.encode(), self.tag), renewed
             return
-        self.lease = replace(self.lease, renewed_at=time.time())
-        self.fs.pipe_file(self.lease_key, self.lease.encode())
+        except ConditionFailed:
+            pass
+        try:
+            found: Version | None = read_version(self.fs, self.lease_key)
+        except FileNotFoundError:
+            found = None
+        held = Lease.parse(found.data) if found is not None else None
+        if found is not None and held is not None and held.token == self.lease.token:
+            self.tag, self.lease = found.tag, held  # renewed at the next turn, from this version
+            return
+        who = f"({held.describe()})" if held else "(its lease object is gone)"
+        self.lost = (
+            f"{self.url}: this run lost the journal's lease to another run {who}; it stops here: rerun with "
+            "--resume once no other run writes there"
+        )
+        self._held = False
 
     def close(self) -> None:
         self._stop.set()
@@ -255,22 +289,5 @@ class ObjectLog:
             self._renewer.join()
         if self._held:
             self._held = False
-            with contextlib.suppress(Exception):  # left behind, the lease goes stale on its own
-                self.fs.rm_file(self.lease_key)
-
-
-def _modified_time(info: dict[str, Any]) -> float | None:
-    """An object's modification time in fsspec's ``info()``, as epoch seconds: a ``datetime`` (one
-    without a zone is UTC), a number, or an ISO 8601 string; None where there is none."""
-    for key in _MODIFIED_KEYS:
-        value = info.get(key)
-        if isinstance(value, str):
-            try:
-                value = datetime.fromisoformat(value.replace("Z", "+00:00"))
-            except ValueError:
-                continue
-        if isinstance(value, datetime):
-            return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-    return None
+            with contextlib.suppress(Exception):  # another's now (ConditionFailed), or left to go stale on its own
+                delete_version(self.fs, self.lease_key, self.tag)

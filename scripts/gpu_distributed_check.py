@@ -90,7 +90,8 @@ def main() -> None:
     lines = [
         f"# The distributed path on one {args.device} device, world size 1 ({joined.get('backend')})",
         "",
-        "| config | backend | status | eager ms | compiled ms | speedup | compile s | correct | graphs | ddp splits | error |",
+        "| config | backend | status | eager ms | compiled ms | speedup | compile s | correct | graphs | ddp splits "
+        "| error |",
         "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |",
     ]
     print("\n".join(lines), flush=True)

@@ -63,6 +63,7 @@ from tasks.timers import CUDAGRAPH_MIN_WARMUP, timer_for
 
 # Text of errors raised where a collective broke or timed out (gloo raises a plain RuntimeError).
 COLLECTIVE_ERROR_TEXT = ("gloo/transport", "Connection closed by peer", "Connection reset by peer", "NCCL", "Timed out")
+TIMEOUT_TEXT = ("Timed out", "timed out", "Watchdog caught collective operation timeout")  # gloo's, NCCL's
 
 
 class Stop(Exception):
@@ -111,7 +112,8 @@ class Gang:
 
     def broken(self, error: BaseException) -> None:
         """A collective this rank waited in broke or timed out: a peer's failure, and the group is unusable."""
-        self.fail("runtime_error", error, peer=True)
+        timed_out = any(text in str(error) for text in TIMEOUT_TEXT)
+        self.fail("timeout" if timed_out else "runtime_error", error, peer=True)
         self.outcome.group_ok = False
 
     @contextmanager

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from tasks.distributed.group import agreed_max
-from tasks.timers import Call, Plan, SideSamples, Setup, Timer
+from tasks.timers import Call, Plan, Setup, SideSamples, Timer
 
 
 class GangTimer:

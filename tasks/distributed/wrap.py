@@ -73,8 +73,8 @@ class Wrapped:
             return nullcontext()
         from torch._dynamo import compiled_autograd
 
-        backend = self.compile_cfg.backend
-        return compiled_autograd._enable(functools.partial(torch.compile, backend=backend, fullgraph=True, dynamic=True))
+        compiler = functools.partial(torch.compile, backend=self.compile_cfg.backend, fullgraph=True, dynamic=True)
+        return compiled_autograd._enable(compiler)
 
 
 def block_classes(model: nn.Module, factory: Callable[..., Any] | None = None) -> tuple[Any, ...]:

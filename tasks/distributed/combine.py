@@ -24,7 +24,7 @@ The method:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from tasks.distributed.outcome import RankOutcome
 from tasks.models import (
@@ -65,7 +65,7 @@ def combine(exp: Experiment, outcomes: Sequence[dict[str, Any]], started_at: flo
     error = failed.error if failed is not None else None
     if error is None and status == "incorrect" and decisive.mismatch:
         error = ErrorInfo(type="tasks.check.judge.Mismatch", message=decisive.mismatch)
-    unit = "tokens/s" if all(o.tokens for o in ranks) else "samples/s"
+    unit: Literal["samples/s", "tokens/s"] = "tokens/s" if all(o.tokens for o in ranks) else "samples/s"
     per_step = sum((o.tokens if unit == "tokens/s" else o.samples) or 0 for o in ranks)
     return Result(
         **result_identity(exp),
@@ -132,7 +132,7 @@ def _failure(ranks: list[RankOutcome]) -> RankOutcome | None:
     """The rank whose failure ended the experiment: the lowest that failed on its own, else the lowest failing."""
     failing = [o for o in ranks if o.status not in ("ok", "incorrect")]
     own = [o for o in failing if not o.peer_failure]
-    return (own or failing or [None])[0]
+    return (own or failing)[0] if failing else None
 
 
 def _all_correct(verdicts: list[bool | None]) -> bool | None:

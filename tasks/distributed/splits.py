@@ -51,4 +51,5 @@ class DdpSplits(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if BUCKETS_TEXT in str(record.msg) and isinstance(record.args, tuple) and len(record.args) >= 2:
             self.graphs += 1
-            self.splits += max(int(record.args[1]) - 1, 0)
+            buckets = record.args[1]
+            self.splits += max(buckets - 1, 0) if isinstance(buckets, int) else 0

@@ -42,7 +42,7 @@ from torch import nn
 from tasks.compiling import compile_callable
 from tasks.models import CompileConfig, DistributedConfig
 
-OPTIMIZE_DDP = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_reducer", "off": False}
+OPTIMIZE_DDP: dict[str, Any] = {"ddp_optimizer": "ddp_optimizer", "python_reducer": "python_reducer", "off": False}
 DEFAULT_BUCKET_CAP_MB = 25.0  # DistributedDataParallel's own default
 
 
@@ -159,8 +159,8 @@ def wrap_fsdp2(
         )
     for parent, name, block in blocks:
         if per_block:
-            block = compile_callable(block, compile_cfg)  # an OptimizedModule: FSDP's hooks stay outside it
-            parent.register_module(name, block)
+            block = compile_callable(block, compile_cfg)  # type: ignore[assignment]  # an OptimizedModule
+            parent.register_module(name, block)  # FSDP's hooks on it stay outside the compiled code
         fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     compiled = model if per_block else compile_callable(model, compile_cfg)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue
+import re
 from typing import Any
 
 import pytest
@@ -119,6 +120,26 @@ def test_a_rank_whose_target_raises_is_the_failed_rank_and_the_gang_lives_on(gan
     assert not rank1.peer_failure
     assert rank0.group_ok and rank1.group_ok  # stopped where the ranks agree: no collective broke
     assert gang_results["ddp"]["result"].status == "ok"  # the next experiment on the same gang
+
+
+# ------------------------------------------------------------------ the spec block
+
+
+@pytest.mark.parametrize(
+    ("block", "message"),
+    [
+        ({"strategy": "fsdp2", "bucket_cap_mb": 5}, "bucket_cap_mb is an option of strategy ddp, not of fsdp2"),
+        ({"strategy": "ddp", "compiled_autograd": True}, "optimize_ddp 'python_reducer' and compiled_autograd: true"),
+        ({"strategy": "ddp", "optimize_ddp": "python_reducer"}, "optimize_ddp 'python_reducer' and compiled_autograd"),
+    ],
+)
+def test_options_that_cannot_go_together_are_one_line_errors(block, message):
+    from pydantic import ValidationError
+
+    from tasks.models import DistributedConfig
+
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        DistributedConfig.model_validate({"world_size": 2, **block})
 
 
 # ------------------------------------------------------------------ each rank's batch

@@ -102,6 +102,7 @@ def test_two_ranks_train_eager_and_compiled_and_agree(gang_results, name):
         assert f.compile_latency_s is not None and f.compile_latency_s > 0
         assert f.loss["eager"] == pytest.approx(f.loss["compiled"], rel=1e-3)
         assert f.graph_count == 1 and f.graph_breaks == 0 and f.graphs_compiled
+        assert f.collective_ms is not None and f.collective_ms["eager"] > 0 and f.collective_ms["compiled"] > 0
     assert (dist.ranks[0].ddp_splits is not None) == (name == "ddp")
     slowest = [max(step) for step in zip(*(f.eager.samples_ms for f in dist.ranks), strict=True)]
     assert result.eager.samples_ms == slowest

@@ -13,7 +13,8 @@
    compile latency; Dynamo's graphs, the compile caches' hits and misses and DDPOptimizer's splits
    (``tasks.distributed.splits``) are read around it.
 6. **Time** both sides interleaved (``tasks.sides.time_sides``), with every rank on one plan
-   (``tasks.distributed.timing``); recompiles inside the timed window are counted.
+   (``tasks.distributed.timing``); recompiles inside the timed window are counted. Then one more step
+   of each side under the profiler: the time in collectives (``tasks.distributed.collectives``).
 7. **Check**: the compiled step's loss, gradients and (after an optimizer step) parameters against the
    eager reference step's, leaf by leaf on what this rank holds, at the precision's training tolerance
    (``tasks.check.judge``, ``check.reference: eager`` whatever the spec says: there is no float64 copy of
@@ -45,6 +46,7 @@ from tasks.check.outputs import Observed
 from tasks.check.step import checked_call, checked_inputs
 from tasks.compiling import analyse_graphs, cache_counters, cache_use, forget_compiled, probe_cpu_isa
 from tasks.distributed.batch import rank_params, samples_and_tokens
+from tasks.distributed.collectives import collective_ms
 from tasks.distributed.group import backend_for, first_failed
 from tasks.distributed.outcome import RankCheck, RankOutcome
 from tasks.distributed.splits import DdpSplits
@@ -249,6 +251,9 @@ def measure(exp: Experiment, gang: Gang, timer: GangTimer, measurement: Measurem
             fig.eager, fig.compiled = time_sides(
                 timer, work, sides, firsts, exp.timing, min_warmups, device, measurement, watch
             )
+        with gang.stage("profiling the collectives", "runtime_error"):
+            named = {"eager": eager_side, "compiled": compiled_side}
+            fig.collective_ms = profile_collectives(work.inputs, named, device)
         before, after = watch.window_before or start, watch.window_after or watch.snapshot()
         fig.recompiles = after.frames - before.frames
         recompiled, reasons = recompile_verdict(watch, start)
@@ -258,6 +263,14 @@ def measure(exp: Experiment, gang: Gang, timer: GangTimer, measurement: Measurem
     out.check = judge(exp, observed, reference)
     fig.loss = {side: float(o.leaves["loss"]) for side, o in (("eager", reference), ("compiled", observed))}
     out.status = "incorrect" if out.check.correct is False else "ok"
+
+
+def profile_collectives(
+    inputs: tuple[Any, ...], sides: dict[str, Callable[..., Any]], device: torch.device
+) -> dict[str, float] | None:
+    """Each side's time in collectives over one more step (``tasks.distributed.collectives``)."""
+    found = {name: collective_ms(lambda side=side: side(*copy_inputs(inputs)), device) for name, side in sides.items()}
+    return {name: ms for name, ms in found.items() if ms is not None} or None
 
 
 def within(step: Callable[..., Any], context: Callable[[], AbstractContextManager[Any]]) -> Callable[..., Any]:

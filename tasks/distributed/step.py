@@ -29,6 +29,7 @@ Not supported in a distributed experiment, as one-line errors: ``compile.scope: 
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -261,7 +262,8 @@ def measure(exp: Experiment, gang: Gang, timer: GangTimer, measurement: Measurem
 
     # 7. The compiled step against the eager step, on what this rank holds.
     out.check = judge(exp, observed, reference)
-    fig.loss = {side: float(o.leaves["loss"]) for side, o in (("eager", reference), ("compiled", observed))}
+    sides_seen = (("eager", reference), ("compiled", observed))
+    fig.loss = {side: float(o.leaves["loss"]) for side, o in sides_seen if "loss" in o.leaves}
     out.status = "incorrect" if out.check.correct is False else "ok"
 
 
@@ -269,7 +271,7 @@ def profile_collectives(
     inputs: tuple[Any, ...], sides: dict[str, Callable[..., Any]], device: torch.device
 ) -> dict[str, float] | None:
     """Each side's time in collectives over one more step (``tasks.distributed.collectives``)."""
-    found = {name: collective_ms(lambda side=side: side(*copy_inputs(inputs)), device) for name, side in sides.items()}
+    found = {name: collective_ms(functools.partial(side, *copy_inputs(inputs)), device) for name, side in sides.items()}
     return {name: ms for name, ms in found.items() if ms is not None} or None
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import socket
+import sys
 from typing import Any
 
 import torch
@@ -25,14 +26,11 @@ BACKENDS_WITH_CUDA = "cpu:gloo,cuda:nccl"  # one group: gloo for CPU tensors, NC
 
 
 def node_address() -> str:
-    """This node's IP as Ray knows it where Ray runs this process, else the address its hostname resolves to."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            return str(ray.util.get_node_ip_address())
-    except ImportError:
-        pass
+    """This node's IP as Ray knows it where Ray runs this process, else the address its hostname resolves to
+    (the gang is on one node: any local address serves its rendezvous)."""
+    ray = sys.modules.get("ray")  # never imported here: a process Ray started has it
+    if ray is not None and ray.is_initialized():
+        return str(ray.util.get_node_ip_address())
     try:
         return socket.gethostbyname(socket.gethostname())
     except OSError:

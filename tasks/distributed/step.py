@@ -20,8 +20,8 @@
    (``tasks.check.judge``, ``check.reference: eager`` whatever the spec says: there is no float64 copy of
    a sharded model).
 
-Stages 1-3 end where the ranks agree (``tasks.distributed.group.first_failed``): a rank that failed
-there stops every rank there. A failure inside a step (its collectives) leaves the other ranks in a
+Every stage ends where the ranks agree (``tasks.distributed.group.first_failed``): a rank that failed
+in it stops every rank there. A failure inside a step (its collectives) leaves the other ranks in a
 collective until the group's timeout; their outcome then blames a peer and marks the group unusable.
 Not supported in a distributed experiment, as one-line errors: ``compile.scope: step``,
 ``compile.method: module_compile``, ``compile.cache: shared``, ``replay``.

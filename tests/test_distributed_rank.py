@@ -170,6 +170,14 @@ def test_the_built_in_targets_name_their_blocks():
     layer = build("blocks.transformer_layer", torch.device("cpu"), {"dim": 32, "heads": 2, "seq": 8}).fn
     assert [name for _, name, _ in find_blocks(layer, block_classes(layer))] == ["attn", "mlp"]
 
+    def factory(device):  # a user target's factory naming its block class
+        return None
+
+    factory.fsdp_blocks = ("Linear",)  # type: ignore[attr-defined]
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(2, 2)))
+    assert [name for _, name, _ in find_blocks(model, block_classes(model, factory))] == ["0", "1"]
+    assert block_classes(model) == ()
+
 
 # ------------------------------------------------------------------ combine, on outcomes made up here
 

@@ -272,7 +272,7 @@ class DecisionConfig(Closed):
     )
 
 
-DDP_ONLY = ("optimize_ddp",)  # DistributedConfig fields that belong to one strategy only
+DDP_ONLY = ("optimize_ddp", "bucket_cap_mb")  # DistributedConfig fields that belong to one strategy only
 FSDP2_ONLY = ("compile_per", "reshard_after_forward")
 
 
@@ -305,7 +305,10 @@ class DistributedConfig(Closed):
         default=False, description="trace the backward with compiled autograd (torch._dynamo.config.compiled_autograd)"
     )
     bucket_cap_mb: float | None = Field(
-        default=None, gt=0, description="MiB per gradient bucket (ddp: DDP's bucket_cap_mb; None: 25)"
+        default=None,
+        gt=0,
+        description="ddp only: MiB per gradient bucket (DDP's bucket_cap_mb; None: 25); DDPOptimizer splits the "
+        "compiled graph at these buckets. FSDP2 has no buckets: it communicates per sharded block",
     )
     batch: BatchScope = Field(
         default="global",
@@ -320,12 +323,18 @@ class DistributedConfig(Closed):
         if given:
             owner = "fsdp2" if self.strategy == "ddp" else "ddp"
             raise ValueError(f"{given[0]} is an option of strategy {owner}, not of {self.strategy}")
+        python_reducer = self.optimize_ddp == "python_reducer"
+        if self.strategy == "ddp" and python_reducer != self.compiled_autograd:
+            raise ValueError(  # torch 2.13 refuses compiled autograd with DDP's C++ reducer, and the other way round
+                "optimize_ddp 'python_reducer' and compiled_autograd: true go together (compiled autograd traces "
+                "DDP's Python reducer; DDP's C++ reducer cannot run under it)"
+            )
         return self
 
     def label(self) -> str:
         """A short human name: ``ddp x2``, ``fsdp2 x4+per_model``."""
         parts = [f"{self.strategy} x{self.world_size}"]
-        for name in (*DDP_ONLY, *FSDP2_ONLY, "bucket_cap_mb"):
+        for name in (*DDP_ONLY, *FSDP2_ONLY):
             value = getattr(self, name)
             if value is not None:
                 parts.append(f"{name}={value}")

@@ -213,3 +213,41 @@ class SkewedStub(StubWorker):
         if payload.get("params", {}).get("skewed"):
             result["from_a_newer_version"] = None
         return result
+
+
+# ------------------------------------------------------------------ faults of one rank of a gang
+
+
+def _rank() -> int:
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _small_module(device, batch: int):
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Linear(8, 8).to(device), (torch.randn(batch, 8, device=device),)
+
+
+def make_raise_on_rank(device, rank: int = 1, batch: int = 4):
+    """Raises while it is built on rank ``rank`` only; the other ranks build a small Linear."""
+    if _rank() == rank:
+        raise RuntimeError(f"the target fails on rank {rank} (test)")
+    return _small_module(device, batch)
+
+
+def make_hang_on_rank(device, rank: int = 1, seconds: float = 3600, batch: int = 4):
+    """Blocks while it is built on rank ``rank``, far longer than any test's timeout: the other ranks wait
+    for it in the collective where the ranks agree that the target was built."""
+    if _rank() == rank:
+        time.sleep(seconds)
+    return _small_module(device, batch)
+
+
+def make_exit_on_rank(device, rank: int = 1, code: int = 3, batch: int = 4):
+    """Ends the process of rank ``rank`` while it is built, as a segfault or the OOM killer would."""
+    if _rank() == rank:
+        os._exit(code)
+    return _small_module(device, batch)

@@ -49,7 +49,10 @@ class SelfAttention(nn.Module):
 
 class TransformerLayer(nn.Module):
     """A pre-norm transformer layer (GPT-2's): ``x + attn(ln(x))``, then ``x + mlp(ln(x))``,
-    with dropout on each residual branch in training mode."""
+    with dropout on each residual branch in training mode. FSDP2 shards (and compiles) its attention and
+    its MLP apart (``fsdp_blocks``)."""
+
+    fsdp_blocks = (SelfAttention, MLP)
 
     def __init__(self, dim: int, heads: int, hidden: int, causal: bool = False, dropout: float = 0.0) -> None:
         super().__init__()
@@ -67,7 +70,10 @@ class TransformerLayer(nn.Module):
 class GPT(nn.Module):
     """A GPT-2-style decoder: token and learned position embeddings, ``layers`` causal pre-norm
     transformer layers, a final LayerNorm and a language-model head tied to the token embedding.
-    Weights are initialised as GPT-2's (normal, std 0.02; zero biases). Token ids in, logits out."""
+    Weights are initialised as GPT-2's (normal, std 0.02; zero biases). Token ids in, logits out.
+    FSDP2 shards (and compiles) each transformer layer apart (``fsdp_blocks``)."""
+
+    fsdp_blocks = (TransformerLayer,)
 
     def __init__(self, vocab: int, seq: int, dim: int, heads: int, layers: int, dropout: float = 0.0) -> None:
         super().__init__()

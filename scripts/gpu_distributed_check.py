@@ -60,7 +60,7 @@ def experiments(device: str) -> list[Experiment]:
 def row(r: Result) -> str:
     d = r.distributed
     rank = d.ranks[0] if d and d.ranks else None
-    ms = lambda side: f"{side.median:.3f}" if side is not None else "-"  # noqa: E731
+    ms = lambda side: f"{side.median_ms:.3f}" if side is not None else "-"  # noqa: E731
     return " | ".join(
         [
             d.config.label() if d else "-",

@@ -194,3 +194,82 @@ def log_mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -
         return math.exp(mean), math.exp(mean)
     low, high = ttest_1samp(logs, 0.0).confidence_interval(confidence)
     return math.exp(float(low)), math.exp(float(high))
+
+
+# ------------------------------------------------------------------ many experiments at once: FDR, empirical null
+
+
+def fdr_adjust(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values, in the order given: ``scipy.stats.false_discovery_control(ps,
+    method="bh")``, p_(i) * m / i made monotone from the largest down and capped at 1. Flagging the
+    experiments whose adjusted p is below q keeps the expected share of false discoveries among those
+    flagged at or below q (independent or positively dependent tests). An empty list gives an empty list."""
+    from scipy.stats import false_discovery_control
+
+    if not p_values:
+        return []
+    return [float(p) for p in np.atleast_1d(false_discovery_control(np.asarray(p_values, dtype=float), method="bh"))]
+
+
+@dataclass(frozen=True)
+class EmpiricalNull:
+    """The distribution most of many changes come from (Efron's empirical null): normal, ``centre`` and
+    ``spread`` estimated robustly from the changes themselves (``empirical_null``)."""
+
+    centre: float  # the median of the values
+    spread: float  # 1.4826 * MAD: the SD of a normal sample with that MAD
+    n: int  # values it was estimated from
+
+
+def empirical_null(values: Sequence[float]) -> EmpiricalNull:
+    """Centre and spread of the bulk of ``values``: their median, and their median absolute deviation from it
+    scaled to a normal SD (``scipy.stats.median_abs_deviation(scale="normal")``, 1.4826 MAD). Neither moves
+    much when a minority of the values are shifted (real changes), as a mean and SD would: the MAD ignores up
+    to half the values being anywhere."""
+    from scipy.stats import median_abs_deviation
+
+    a = np.asarray(values, dtype=float)
+    return EmpiricalNull(float(np.median(a)), float(median_abs_deviation(a, scale="normal")), int(a.size))
+
+
+def normal_p(values: Sequence[float], centre: float, spread: float) -> list[float]:
+    """Two-sided p of each value under a normal of that centre and spread: 2 P(Z > |x - centre| / spread)
+    (``scipy.stats.norm.sf``). A spread of 0 gives p 1 at the centre and 0 elsewhere."""
+    from scipy.stats import norm
+
+    a = np.asarray(values, dtype=float) - centre
+    if spread == 0:
+        return [1.0 if x == 0 else 0.0 for x in a]
+    return [float(p) for p in 2 * norm.sf(np.abs(a) / spread)]
+
+
+def normal_spread_about_zero(values: Sequence[float]) -> float:
+    """The robust SD of ``values`` about 0 rather than about their median: median |x| / Phi^-1(3/4), that is
+    1.4826 median |x| (``scipy.stats.norm.ppf``). For changes between two runs of the same code, a drift of
+    the whole run is part of the noise a later comparison will meet, so it is kept in."""
+    from scipy.stats import norm
+
+    return float(np.median(np.abs(np.asarray(values, dtype=float))) / norm.ppf(0.75))
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """Whether many changes share one shift (``median_shift``)."""
+
+    median: float  # the median of the values
+    p: float  # two-sided, Wilcoxon's signed-rank test of symmetry about 0
+    n: int
+
+
+def median_shift(values: Sequence[float]) -> ShiftTest:
+    """Are the values centred away from 0? Wilcoxon's signed-rank test (``scipy.stats.wilcoxon``,
+    two-sided; zero values dropped, ``zero_method="wilcox"``): the ranks of |x| summed over the positive
+    values, against their distribution when each sign is a coin toss. A few large changes move it little
+    (they are a few ranks); a small shift of every value moves it a lot. All values 0: p 1."""
+    from scipy.stats import wilcoxon
+
+    a = np.asarray(values, dtype=float)
+    median = float(np.median(a))
+    if not np.any(a):
+        return ShiftTest(median, 1.0, int(a.size))
+    return ShiftTest(median, float(wilcoxon(a).pvalue), int(a.size))

@@ -202,8 +202,8 @@ def compile_candidate(b: Sequence[Result], n: Sequence[Result]) -> tuple[Candida
     how = first.compile_cache.label if first.compile_cache else first.compile.cache
     c.extra = {"base": f"{seconds(b_s)} s", "new": f"{seconds(n_s)} s ({how})", "change": percent(c.ratio)}
     if min(c.runs) >= MIN_RUNS:
-        latencies = [[r.compile_latency_s or 0.0 for r in rs] for rs in (b_runs, n_runs)]
-        c.p, c.test, c.deviation = welch_log(*latencies).p, WELCH, math.log(c.ratio)
+        before, after = ([r.compile_latency_s or 0.0 for r in rs] for rs in (b_runs, n_runs))
+        c.p, c.test, c.deviation = welch_log(before, after).p, WELCH, math.log(c.ratio)
     else:
         c.note = ONE_SAMPLE if c.runs == (1, 1) else f"{c.runs[0]} vs {c.runs[1]} samples: {ONE_SAMPLE[13:]}"
     c.extra["phases"] = explanation(explain(b_runs, n_runs, n_s - b_s))

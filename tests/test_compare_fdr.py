@@ -33,6 +33,7 @@ from orchestrator.report.compare import (
     measure_noise,
     read_noise,
     rows,
+    save_noise,
 )
 from tasks.stats import fdr_adjust, median_shift
 from tests.report_data import make_report, make_result, make_runs
@@ -186,16 +187,20 @@ def test_a_small_sweep_is_untested_without_an_aa_figure_and_judged_by_one_with_i
 
 def test_save_noise_stores_an_aa_pairs_spread_and_noise_uses_it(tmp_path):
     aa_base, aa_new = sweep_pair([0.0] * 30, sd=0.02, seed=6)
-    (speedup, time) = sorted(measure_noise(aa_base, aa_new), key=lambda f: f.metric)
+    (speedup,) = measure_noise(aa_base, aa_new)  # no time figure: both sides' compiled samples are the same
     logs = [math.log(n.speedup / b.speedup) for b, n in zip(aa_base.results, aa_new.results, strict=True)]
     assert speedup.spread == pytest.approx(float(np.median(np.abs(logs))) / norm.ppf(0.75))
-    assert (speedup.experiments, speedup.device_model, time.metric) == (30, "CPU (Xeon)", "time")
+    assert (speedup.experiments, speedup.device_model, speedup.metric) == (30, "CPU (Xeon)", "speedup")
+    assert measure_noise(aa_base, aa_base) == []  # a report against itself measures nothing
     for name, report in (("a.json", aa_base), ("b.json", aa_new)):
         write_report(report, tmp_path / name)
     noise = str(tmp_path / "noise.json")
+    h100 = speedup.model_copy(update={"device_model": "H100"})
+    save_noise(noise, [h100])
     saved = runner.invoke(app, ["compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--save-noise", noise])
     assert saved.exit_code == 0, saved.output
-    assert [f.metric for f in read_noise(noise)] == ["speedup", "time"]
+    assert "A/A noise of CPU (Xeon) (speedup): " in saved.output
+    assert [(f.device_model, f.metric) for f in read_noise(noise)] == [("H100", "speedup"), ("CPU (Xeon)", "speedup")]
     base, new = sweep_pair([0.0, -0.3, 0.0], sd=0.002, seed=7)
     write_report(base, tmp_path / "base.json")
     write_report(new, tmp_path / "new.json")

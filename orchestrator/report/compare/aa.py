@@ -40,7 +40,7 @@ def measure_noise(base: Report, new: Report, names: tuple[str, str] = ("", "")) 
     and timed, gives a log change of each metric (``run_values``); a device model's figure is their robust
     SD about 0, 1.4826 median |log change| (``tasks.stats.normal_spread_about_zero``): a shift of the whole
     second run (a busier machine) is noise a later comparison meets too, so it is not centred away. Device
-    models with fewer than ``MIN_NOISE_EXPERIMENTS`` pairs get no figure.
+    models with fewer than ``MIN_NOISE_EXPERIMENTS`` pairs, or a spread of 0 (a report against itself), get none.
     """
     changes: dict[tuple[str, Metric], list[float]] = {}
     new_runs = runs_by_experiment(new)
@@ -55,19 +55,21 @@ def measure_noise(base: Report, new: Report, names: tuple[str, str] = ("", "")) 
                 (before,), (after,) = run_values([b_run], metric), run_values([n_run], metric)
                 changes.setdefault((model, metric), []).append(math.log(after / before))
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    return [
-        NoiseFigure(
-            device_model=model,
-            metric=metric,
-            spread=normal_spread_about_zero(values),
-            experiments=len(values),
-            base=names[0] or base.name,
-            new=names[1] or new.name,
-            measured_at=now,
-        )
-        for (model, metric), values in changes.items()
-        if len(values) >= MIN_NOISE_EXPERIMENTS
-    ]
+    figures = []
+    for (model, metric), values in changes.items():
+        spread = normal_spread_about_zero(values)
+        if len(values) >= MIN_NOISE_EXPERIMENTS and spread > 0:  # 0: a report against itself measures nothing
+            figure = NoiseFigure(
+                device_model=model,
+                metric=metric,
+                spread=spread,
+                experiments=len(values),
+                base=names[0] or base.name,
+                new=names[1] or new.name,
+                measured_at=now,
+            )
+            figures.append(figure)
+    return figures
 
 
 def read_noise(path: str) -> list[NoiseFigure]:

@@ -122,7 +122,7 @@ def speed_changes(
         regression = slower and (tested or _beyond(c.ratio, UNTESTED_BOUND, t.metric)[0])
         kind: Kind = "slower" if slower else "faster"
         changes.append(_candidate_change(kind, c, regression))
-    changes += [change for noise in swept if (change := _sweepnew_change(noise, t))]
+    changes += [change for noise in swept if (change := _sweep_change(noise, t))]
     return changes, swept
 
 
@@ -140,7 +140,7 @@ def _adjust(candidates: Sequence[Candidate]) -> None:
         c.p_adjusted = adjusted
 
 
-def _sweepnew_change(noise: SweepNoise, t: Thresholds) -> Change | None:
+def _sweep_change(noise: SweepNoise, t: Thresholds) -> Change | None:
     """The median move of a device model's experiments judged against their own noise, as one change:
     listed when beyond ``t.sweep`` and Wilcoxon's p < ``t.fdr``, a regression when slower."""
     if noise.source != "sweep" or noise.shift is None or noise.shift_p is None or noise.shift_p >= t.fdr:
@@ -261,6 +261,7 @@ def new_change(
     note: str = "",
     phases: str = "",
 ) -> Change:
+    """A change of the experiment ``r`` ran, labelled as the report labels it."""
     return Change(
         kind=kind,
         experiment_id=r.experiment_id,
@@ -281,13 +282,15 @@ def new_change(
 
 
 def experiment_label(r: Result) -> str:
+    """``target params [config]``, as warnings name an experiment."""
     return f"{result_group(r)} [{r.config_label}]"
 
 
 def percent(ratio: float) -> str:
+    """A ratio as a signed change: 0.9 -> ``-10.0%``."""
     return f"{(ratio - 1) * 100:+.1f}%"
 
 
 def _spread(noise: SweepNoise) -> str:
-    """A null's spread as a relative change of one run against one."""
-    return f"{math.expm1(noise.spread or 0.0):.1%} a run against a run"
+    """A null's spread: the SD of the log change of one run against one, as a percentage."""
+    return f"spread {noise.spread or 0.0:.1%} a run against a run"

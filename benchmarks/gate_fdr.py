@@ -3,6 +3,7 @@ sweep-wide slowdown seen as one verdict.
 
     python benchmarks/gate_fdr.py [--out DIR]      # runs the 120-experiment spec twice, then the table
     python benchmarks/gate_fdr.py --reports DIR    # the table again from an earlier run's a.json and b.json
+    python benchmarks/gate_fdr.py --reports DIR --compact tests/data/gate-fdr   # and a compact copy of them
 
 Runs one spec of 120 cheap experiments (the six tutorial targets at ten sizes each, compiled by the
 ``eager`` and ``aot_eager`` backends, 10 timed samples a side, CPU) twice through ``compilebench run``,
@@ -17,6 +18,8 @@ each a fresh local Ray instance: ``a.json`` and ``b.json``, the same code minute
   verdict (goal: flagged, as one regression).
 
 Each scenario's row gives the command that produced it; the reports and the copies stay in the folder.
+``--compact DIR`` writes a.json, b.json and session.json again in DIR, small enough to commit (``compact``):
+``tests/test_compare_fdr.py`` checks the same outcomes from them.
 """
 
 from __future__ import annotations
@@ -157,6 +160,33 @@ def scenarios(out: Path) -> list[list[str]]:
     return rows
 
 
+DROPPED = {"check", "measurement", "compile_breakdown", "requested", "reserved", "work", "break_reasons"}
+
+
+def compact(report: Report) -> dict[str, Any]:
+    """The report as plain data, small: no summary (derived again when read), results without the fields
+    compare does not read (``DROPPED``) or that hold their defaults, samples to 5 significant digits (the
+    medians and speedups kept as measured)."""
+
+    def result(r: Result) -> dict[str, Any]:
+        data = r.model_dump(mode="json", exclude_defaults=True, exclude=DROPPED)
+        for side in ("eager", "compiled"):
+            if data.get(side):
+                data[side]["samples_ms"] = [float(f"{x:.5g}") for x in data[side]["samples_ms"]]
+        return data
+
+    data = report.model_dump(mode="json", exclude={"results", "summary"})
+    return {**data, "summary": None, "results": [result(r) for r in report.results]}
+
+
+def write_compact(out: Path, folder: Path) -> None:
+    """``compact`` copies of ``out``'s a.json and b.json, and its session.json, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text(json.dumps(compact(read(out / name)), separators=(",", ":")) + "\n")
+    (folder / "session.json").write_text((out / "session.json").read_text())
+
+
 def markdown(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
@@ -189,14 +219,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="where the spec and reports go (default: a temp dir)")
     parser.add_argument("--reports", type=Path, default=None, help="print the table of an earlier run's --out again")
+    parser.add_argument("--compact", type=Path, default=None, help="also write compact copies of the reports here")
     args = parser.parse_args()
     if args.reports is not None:
         analyse(args.reports, f"python benchmarks/gate_fdr.py --reports {args.reports}")
+        if args.compact is not None:
+            write_compact(args.reports, args.compact)
         return
     out = args.out or Path(tempfile.mkdtemp(prefix="gate-fdr-"))
     out.mkdir(parents=True, exist_ok=True)
     run_twice(out)
     analyse(out, "python benchmarks/gate_fdr.py" + (f" --out {args.out}" if args.out else ""))
+    if args.compact is not None:
+        write_compact(out, args.compact)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ sweep-wide slowdown seen as one verdict.
     python benchmarks/gate_fdr.py [--out DIR]      # runs the 120-experiment spec twice, then the table
     python benchmarks/gate_fdr.py --reports DIR    # the table again from an earlier run's a.json and b.json
     python benchmarks/gate_fdr.py --reports DIR --compact tests/data/gate-fdr   # and a compact copy of them
+    python benchmarks/gate_fdr.py --simulate       # the empirical null on simulated sweeps of known noise (seconds)
 
 Runs one spec of 120 cheap experiments (the six tutorial targets at ten sizes each, compiled by the
 ``eager`` and ``aot_eager`` backends, 10 timed samples a side, CPU) twice through ``compilebench run``,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -151,12 +153,66 @@ def scenarios(out: Path) -> list[list[str]]:
         flagged = [c for c in data["changes"] if c["regression"]]
         slower = {c["experiment_id"] for c in data["changes"] if c["kind"] == "slower"}
         sweep = next((c for c in data["changes"] if c["kind"].startswith("sweep")), None)
-        shown = f"{sweep['kind'].replace('_', ' ')} {sweep['change']}, p={sweep['p_value']:.1g}" if sweep else "none"
         (noise,) = [n for n in data["noise"] if n["source"] == "sweep"] or [None]
+        median = f"median {math.expm1(noise['shift']):+.1%}, p={noise['shift_p']:.2g}" if noise else "no sweep null"
+        shown = f"{sweep['kind'].replace('_', ' ')} ({median})" if sweep else f"none ({median})"
         spread = f"{noise['spread']:.1%}" if noise else "-"
+        spread += f", t({noise['df']:.1f})" if noise and noise["df"] else ""
         caught = f"{len(slower & set(planted))}/{len(planted)}" if planted else "-"
         others = len([c for c in flagged if c["experiment_id"] not in planted and not c["kind"].startswith("sweep")])
         rows.append([name, f"`{command}`", str(len(flagged)), caught, str(others), shown, spread, str(code)])
+    return rows
+
+
+NOISES = [("normal", 0.02), ("normal", 0.03), ("t5", 0.02), ("t3", 0.02), ("t2", 0.02), ("t1.5", 0.2)]
+SIMULATED = 300  # sweeps per row and null (--simulate)
+
+
+def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list[str]]:
+    """Sweeps of ``n`` one-run experiments with simulated log changes (normal, or Student's t of a few degrees
+    of freedom: bursts of contention; times a scale), judged by a normal null from the median and 1.4826 MAD
+    (``tasks.stats.normal_p``) and by the gate's (``tasks.stats.empirical_null``, Student's t where the tails
+    are heavy), Benjamini-Hochberg at 0.05 and beyond 5% as the gate does: false alarms in A/A sweeps, and
+    how many of 5 experiments 10% slower are caught."""
+    import numpy as np
+    from scipy.stats import median_abs_deviation
+
+    from tasks.stats import empirical_null, fdr_adjust, normal_p
+
+    rng = np.random.default_rng(seed)
+    planted = np.arange(SLOWED_COUNT) * (n // SLOWED_COUNT) + n // (2 * SLOWED_COUNT)
+
+    def flagged(d: Any, gate: bool) -> Any:
+        p = (
+            empirical_null(d).p(d)
+            if gate
+            else normal_p(d, float(np.median(d)), float(median_abs_deviation(d, scale="normal")))
+        )
+        return (np.asarray(fdr_adjust(p)) < 0.05) & (np.abs(np.expm1(d)) > 0.05)
+
+    rows = []
+    for shape, scale in NOISES:
+        draws = [
+            (rng.normal(0, 1, n) if shape == "normal" else rng.standard_t(float(shape[1:]), n)) * scale
+            for _ in range(2 * trials)
+        ]
+        for gate in (False, True):
+            alarms = np.array([flagged(d, gate).sum() for d in draws[:trials]])
+            caught = []
+            for d in draws[trials:]:
+                d = d.copy()
+                d[planted] -= np.log(INJECTED)
+                caught.append(flagged(d, gate)[planted].sum())
+            rows.append(
+                [
+                    f"{shape} {scale:.0%}",
+                    "the gate's" if gate else "normal",
+                    f"{alarms.mean():.2f}",
+                    f"{np.mean(alarms > 1):.0%}",
+                    f"{np.mean(caught):.2f}",
+                    f"{np.mean(np.asarray(caught) >= 4):.0%}",
+                ]
+            )
     return rows
 
 
@@ -220,7 +276,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the spec and reports go (default: a temp dir)")
     parser.add_argument("--reports", type=Path, default=None, help="print the table of an earlier run's --out again")
     parser.add_argument("--compact", type=Path, default=None, help="also write compact copies of the reports here")
+    parser.add_argument("--simulate", action="store_true", help="only the null on simulated sweeps (seconds)")
     args = parser.parse_args()
+    if args.simulate:
+        print(
+            f"$ python benchmarks/gate_fdr.py --simulate\n{SIMULATED} simulated A/A sweeps and {SIMULATED} with "
+            f"{SLOWED_COUNT} experiments {INJECTED - 1:.0%} slower per row, 120 experiments one run a side:\n"
+        )
+        headers = ["log change noise", "null", "A/A flags (mean)", "A/A > 1", "slowed caught (mean)", ">= 4 caught"]
+        print(markdown(headers, simulate()))
+        return
     if args.reports is not None:
         analyse(args.reports, f"python benchmarks/gate_fdr.py --reports {args.reports}")
         if args.compact is not None:

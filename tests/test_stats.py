@@ -119,3 +119,20 @@ def test_median_shift_is_wilcoxons_signed_rank_test():
     shift = median_shift(values)
     assert shift.p == pytest.approx(float(wilcoxon(values).pvalue)) and shift.median == pytest.approx(0.035)
     assert median_shift([0.0, 0.0]).p == 1.0
+
+
+def test_the_empirical_null_turns_student_t_where_the_tails_are_heavy():
+    from scipy.stats import t as student_t
+
+    from tasks.stats import HEAVY_TAIL_SHARE, empirical_null
+
+    rng = np.random.default_rng(1)
+    normal = rng.normal(0, 0.02, 120)
+    assert empirical_null(normal).df == float("inf")
+    planted = np.concatenate([normal[:115], np.full(5, -0.1)])  # 5 real changes among 120 keep it normal
+    assert empirical_null(planted).df == float("inf")
+    heavy = rng.standard_t(1.5, 120) * 0.2
+    null = empirical_null(heavy)
+    assert 1 <= null.df < 4 and np.mean(np.abs(heavy - null.centre) > 3 * null.spread) > HEAVY_TAIL_SHARE
+    (p,) = null.p([null.centre + 5 * null.scale])
+    assert p == pytest.approx(2 * student_t.sf(5, null.df))

@@ -131,6 +131,7 @@ class SweepNoise(BaseModel):
     source: Literal["sweep", "aa", "none"]
     centre: float = 0.0  # the log change the null is centred on: the sweep's median (0 for an A/A figure)
     spread: float | None = None  # SD of the log change of one run against one
+    df: float | None = None  # source "sweep" with heavy tails: the Student's t null's degrees of freedom
     figure: NoiseFigure | None = None  # source "aa"
     shift: float | None = None  # source "sweep": the median log change across the experiments
     shift_p: float | None = None  # and Wilcoxon's p for it

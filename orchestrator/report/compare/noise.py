@@ -4,7 +4,8 @@ An experiment with fewer than ``MIN_RUNS`` runs a side has no run-to-run noise o
 measures it for all of them at once (``judge``), per device model, as large-scale testing does (Efron's
 empirical null): most experiments did not change, so the spread of their log changes is the noise. Each
 change is scaled to one run against one (``Move.scale``), the bulk is described robustly (its median and
-1.4826 MAD, ``tasks.stats.empirical_null``) and each experiment gets a two-sided normal p-value against it.
+1.4826 MAD, ``tasks.stats.empirical_null``) and each experiment gets a two-sided normal p-value against it
+(Student's t fitted to the sweep's tails where they are far heavier than a normal's).
 A shift of the whole sweep (every experiment a little slower) is in that null's centre, not in any
 experiment's p: it is tested on its own, Wilcoxon's signed-rank test on the log changes
 (``tasks.stats.median_shift``), and becomes one verdict. Below ``MIN_SWEEP`` experiments (or with no spread
@@ -66,8 +67,9 @@ def find_figure(figures: Sequence[NoiseFigure], device_model: str, metric: Metri
 def judge(device_model: str, metric: Metric, moves: Sequence[Move], figures: Sequence[NoiseFigure]) -> Judged:
     """p-values for the moves of one device model's experiments without replicates.
 
-    1. ``MIN_SWEEP`` moves or more: the empirical null of their scaled log changes (median, 1.4826 MAD);
-       each move's p is two-sided normal against it; the median raw log change is tested against 0 by
+    1. ``MIN_SWEEP`` moves or more: the empirical null of their scaled log changes (median, 1.4826 MAD;
+       normal, or Student's t where the tails are heavy: ``tasks.stats.empirical_null``); each move's p is
+       two-sided against it; the median raw log change is tested against 0 by
        Wilcoxon's signed-rank test (``SweepNoise.shift``, ``shift_p``), the sweep-wide verdict.
     2. Fewer (or a spread of 0: more than half the experiments exactly unchanged, as when a report is
        compared with an edited copy of itself): the stored A/A figure's spread, centred on 0.
@@ -86,11 +88,12 @@ def judge(device_model: str, metric: Metric, moves: Sequence[Move], figures: Seq
                 source="sweep",
                 centre=null.centre,
                 spread=null.spread,
+                df=None if math.isinf(null.df) else null.df,
                 shift=shift.median,
                 shift_p=shift.p,
             )
             deviation = [x - null.centre for x in scaled]
-            return Judged(list(normal_p(scaled, null.centre, null.spread)), deviation, EMPIRICAL, noise)
+            return Judged(list(null.p(scaled)), deviation, EMPIRICAL, noise)
         why = "more than half of the experiments exactly unchanged: no spread to measure the sweep's noise by"
     else:
         why = f"fewer than the {MIN_SWEEP} experiments that measure the sweep's own noise"

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from orchestrator.report.cells import Rows, markdown_table, rich_table
 from orchestrator.report.compare.models import KIND_TITLES, UNTESTED, WELCH, Change, Comparison, SweepNoise
+from tasks.stats import HEAVY_TAIL_SHARE, HEAVY_TAIL_Z
 
 
 def verdict(c: Comparison) -> str:
@@ -107,6 +108,16 @@ def noise_lines(c: Comparison) -> list[str]:
     return [_noise_line(noise, c) for noise in c.noise]
 
 
+def _shape(noise: SweepNoise) -> str:
+    """The null's shape where it is not normal."""
+    if noise.df is None:
+        return ""
+    return (
+        f", heavy-tailed: more than {HEAVY_TAIL_SHARE:.0%} of the moves beyond {HEAVY_TAIL_Z:g} spreads, so "
+        f"Student's t with {noise.df:.1f} degrees of freedom fitted to the tails"
+    )
+
+
 def _noise_line(noise: SweepNoise, c: Comparison) -> str:
     fewer = f"fewer than {c.thresholds['min_runs']} runs a side"
     head = f"noise on {noise.device_model}: {noise.experiments} experiment(s) with {fewer}"
@@ -114,8 +125,8 @@ def _noise_line(noise: SweepNoise, c: Comparison) -> str:
     if noise.source == "sweep":
         return (
             f"{head} judged against the sweep's own noise (empirical null): {noise.metric} moves centred on "
-            f"{math.expm1(noise.centre):+.1%}, spread {spread} (1.4826 MAD); the whole sweep's median move "
-            f"{math.expm1(noise.shift or 0.0):+.1%} (Wilcoxon p={noise.shift_p:.2g})"
+            f"{math.expm1(noise.centre):+.1%}, spread {spread} (1.4826 MAD){_shape(noise)}; the whole sweep's "
+            f"median move {math.expm1(noise.shift or 0.0):+.1%} (Wilcoxon p={noise.shift_p:.2g})"
         )
     if noise.source == "aa" and noise.figure is not None:
         f = noise.figure

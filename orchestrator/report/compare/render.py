@@ -86,7 +86,7 @@ def notes(c: Comparison) -> list[str]:
     gate = "gated" if t["gate_compile"] else "reported, not gated"
     out = [
         f"gate: {gated} moving by more than {t['speed']:.0%} and significant at a false discovery rate of "
-        f"{t['fdr']:g} (Benjamini-Hochberg over the comparison's {c.tests.get('speed', 0)} speed p-values: p adj): "
+        f"{t['fdr']:g} (Benjamini-Hochberg over the comparison's {c.tests.get('speed', 0)} speed p-value(s): p adj): "
         f"with {t['min_runs']} or more ok runs on both sides by {WELCH}, with fewer against the noise below; "
         f"a sweep's median move beyond {t['sweep']:.0%} (Wilcoxon p < {t['fdr']:g}) is one verdict; compile "
         f"latency {t['compile']:.0%} ({gate}; with {t['min_runs']} or more runs a side {WELCH}, its own "

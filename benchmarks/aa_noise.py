@@ -19,7 +19,8 @@ gating on the speedup (the default) and on the compiled median (``--metric time`
   with and without the extra, interleaved, CPU time of blocks of calls, median of the ratios;
 - false alarms over all A/A comparisons (any speed change flagged, slower or faster) with 3 runs a
   side, beside what one run a side would have said (replicate 0 of each run): by the threshold alone,
-  as the gate judges it now, and by a Mann-Whitney U test on the per-call speedups, as it judged it
+  as the gate lists an untested move of a sweep too small to measure its own noise (one that fails only
+  beyond 25%), and by a Mann-Whitney U test on the per-call speedups, as it judged it
   before (pairs of runs share runs, so comparisons are not independent);
 - detection: the share of A -> slowed comparisons of ``chain`` flagged slower, per injected extra;
 - each target's minimum detectable effect: from the pooled between-replicate SD s of its log values,

@@ -2,7 +2,9 @@
 
     python benchmarks/gate_demo.py [--out DIR]
 
-Runs a three-experiment spec three times through the CLI: ``base``, ``again`` (the same code:
+Runs a three-experiment spec (3 replicates each: a sweep this small cannot measure its own run-to-run
+noise, so with one run a side the gate leaves a move untested unless beyond 25%; with 3 runs a side
+Welch's test judges it) three times through the CLI: ``base``, ``again`` (the same code:
 only run-to-run noise differs) and ``slowed`` (the code ``gate_demo.chain``'s compiled side runs
 does 5 rounds of work instead of 4, as a compiler change that made the generated code slower
 would; eager is unchanged, and so is the experiment id: the speedup gate sees the loss). Then runs
@@ -27,6 +29,7 @@ SPEC = """\
 name: gate-demo
 defaults:
   device: cpu
+  replicates: 3
   timing: {warmup: 3, repeats: 20}
 experiments:
   - target: seed.foo3

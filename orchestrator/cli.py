@@ -323,29 +323,83 @@ def compare(
         bool,
         typer.Option(help="Experiments of BASE missing from NEW, or NEW incomplete: a warning instead of exit 1."),
     ] = False,
+    fdr: Annotated[
+        float,
+        typer.Option(
+            "--fdr",
+            help="False discovery rate q: a move counts when its Benjamini-Hochberg adjusted p is below q (0 < Q < 1).",
+        ),
+    ] = 0.05,
+    sweep_threshold: Annotated[
+        float, typer.Option(min=0, help="Median change across a sweep's experiments that counts as a sweep-wide move.")
+    ] = 0.02,
+    noise: Annotated[
+        str | None,
+        typer.Option(
+            "--noise",
+            help="A/A noise figures (from --save-noise) for device models with too few experiments to measure "
+            "their own noise; a path or a URL.",
+        ),
+    ] = None,
+    save_noise: Annotated[
+        str | None,
+        typer.Option(
+            "--save-noise",
+            help="BASE and NEW are two runs of the same code: store their run-to-run noise per device model in this "
+            "file (other device models' figures in it are kept).",
+        ),
+    ] = None,
     format: Annotated[
         Literal["table", "markdown", "json"], typer.Option("--format", "-f", help="table, markdown or json.")
     ] = "table",
 ) -> None:
     """Compare two reports experiment by experiment. Exit 1 on a regression or on experiments missing from NEW,
-    0 otherwise, 2 for unreadable input."""
-    from orchestrator.report.compare import Thresholds, as_json, markdown, print_comparison
+    0 otherwise, 2 for unreadable input or a bad option."""
+    from orchestrator.report.compare import NoiseError, Thresholds, as_json, markdown, print_comparison, read_noise
     from orchestrator.report.compare import compare as compare_reports
 
+    if not 0 < fdr < 1:
+        raise _fail(f"--fdr {fdr:g}: the false discovery rate must be between 0 and 1 (e.g. 0.05)", 2)
+    try:
+        figures = read_noise(noise) if noise is not None else []
+    except NoiseError as e:
+        raise _fail(f"--noise: {e}", 2) from None
     reports = _read_report(base), _read_report(new)
     thresholds = Thresholds(
         speed=threshold,
         compile=compile_threshold,
+        fdr=fdr,
+        sweep=sweep_threshold,
         gate_compile=gate_compile,
         metric=metric,
         allow_missing=allow_missing,
     )
-    result = compare_reports(*reports, thresholds, names=(str(base), str(new)))
+    names = (str(base), str(new))
+    result = compare_reports(*reports, thresholds, names=names, noise=figures)
+    if save_noise is not None:
+        _save_noise(save_noise, *reports, names)
     if format == "table":
         print_comparison(out_console, result)
     else:
         sys.stdout.write(markdown(result) if format == "markdown" else as_json(result))
     raise typer.Exit(1 if result.fails else 0)
+
+
+def _save_noise(path: str, base: Report, new: Report, names: tuple[str, str]) -> None:
+    """Store an A/A pair's noise in ``path`` and say what was stored; exit 2 with one line when it cannot."""
+    from orchestrator.report.compare import NoiseError, store_noise
+
+    try:
+        figures = store_noise(path, base, new, names)
+    except NoiseError as e:
+        raise _fail(f"--save-noise: {e}", 2) from None
+    for f in figures:
+        err_console.print(
+            f"A/A noise of {f.device_model} ({f.metric}): {f.spread:.1%} a run against a run, from {f.experiments} "
+            f"pairs of runs -> {path}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 @app.command()

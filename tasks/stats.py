@@ -194,3 +194,136 @@ def log_mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -
         return math.exp(mean), math.exp(mean)
     low, high = ttest_1samp(logs, 0.0).confidence_interval(confidence)
     return math.exp(float(low)), math.exp(float(high))
+
+
+# ------------------------------------------------------------------ many experiments at once: FDR, empirical null
+
+
+def fdr_adjust(p_values: Sequence[float]) -> list[float]:
+    """Benjamini-Hochberg adjusted p-values, in the order given: ``scipy.stats.false_discovery_control(ps,
+    method="bh")``, p_(i) * m / i made monotone from the largest down and capped at 1. Flagging the
+    experiments whose adjusted p is below q keeps the expected share of false discoveries among those
+    flagged at or below q (independent or positively dependent tests). An empty list gives an empty list."""
+    from scipy.stats import false_discovery_control
+
+    if not p_values:
+        return []
+    return [float(p) for p in np.atleast_1d(false_discovery_control(np.asarray(p_values, dtype=float), method="bh"))]
+
+
+HEAVY_TAIL_Z = 3.0  # a value this many spreads from the centre is far out: a normal null expects 0.27% there
+HEAVY_TAIL_SHARE = 0.05  # more than this share that far out says the noise is not normal (6 of 120 where a
+# normal expects 0.3); chosen on simulated sweeps of 120 (python benchmarks/gate_fdr.py --simulate): it keeps
+# a normal sweep's power (5 real changes among 120 rarely trip it) and shields a sweep of t(1.5) noise
+TAIL_QUANTILE = 0.90  # the tail quantile of |value - centre| whose ratio to the median gives a Student-t's df
+
+
+@dataclass(frozen=True)
+class EmpiricalNull:
+    """The distribution most of many changes come from (Efron's empirical null), estimated robustly from the
+    changes themselves (``empirical_null``): normal, or Student's t where the changes' tails are heavy."""
+
+    centre: float  # the median of the values
+    spread: float  # 1.4826 * MAD: the SD of a normal sample with that MAD
+    n: int  # values it was estimated from
+    df: float = math.inf  # Student's t degrees of freedom of its shape; inf: normal
+    scale: float = 0.0  # the t's scale (MAD / t_0.75(df)); the spread when normal
+
+    def p(self, values: Sequence[float]) -> list[float]:
+        """Two-sided p of each value under this null (``normal_p``, or Student's t of ``df``)."""
+        if math.isinf(self.df):
+            return normal_p(values, self.centre, self.spread)
+        from scipy.stats import t as student_t
+
+        a = np.abs(np.asarray(values, dtype=float) - self.centre)
+        return [float(p) for p in 2 * student_t.sf(a / self.scale, self.df)]
+
+
+def empirical_null(values: Sequence[float]) -> EmpiricalNull:
+    """Centre, spread and shape of the bulk of ``values``.
+
+    1. Centre: the median; spread: the median absolute deviation from it scaled to a normal SD
+       (``scipy.stats.median_abs_deviation(scale="normal")``, 1.4826 MAD). Neither moves much when a minority
+       of the values are shifted (real changes), as a mean and SD would.
+    2. Shape: normal, unless more than ``HEAVY_TAIL_SHARE`` of the values lie beyond ``HEAVY_TAIL_Z`` spreads
+       (noise from a machine that other jobs starve in bursts: a normal null would call each a discovery).
+       Then Student's t whose ratio of its ``TAIL_QUANTILE`` quantile of |x - centre| to its median matches
+       the values' own (``scipy.stats.t.ppf``, solved for df by ``scipy.optimize.brentq``), with the scale
+       that gives the same MAD. A few real changes far out do not move that ratio (they are beyond the
+       quantile), so they keep a normal null when the rest is normal."""
+    from scipy.stats import median_abs_deviation
+
+    a = np.asarray(values, dtype=float)
+    centre, spread = float(np.median(a)), float(median_abs_deviation(a, scale="normal"))
+    null = EmpiricalNull(centre, spread, int(a.size), scale=spread)
+    far = np.abs(a - centre) > HEAVY_TAIL_Z * spread
+    if spread == 0 or float(np.mean(far)) <= HEAVY_TAIL_SHARE:
+        return null
+    df = _tail_df(np.abs(a - centre))
+    if math.isinf(df):
+        return null
+    from scipy.stats import t as student_t
+
+    scale = float(np.median(np.abs(a - centre))) / float(student_t.ppf(0.75, df))
+    return EmpiricalNull(centre, spread, int(a.size), df, scale)
+
+
+def _tail_df(deviations: np.ndarray) -> float:
+    """Student's t degrees of freedom whose q/median ratio of |t| (q = ``TAIL_QUANTILE``) is the deviations'
+    own; inf when theirs is no heavier than a normal's (2.44 at q = 0.9), 1 (Cauchy) at the heaviest."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+    from scipy.stats import t as student_t
+
+    level = 0.5 + TAIL_QUANTILE / 2
+    ratio = float(np.quantile(deviations, TAIL_QUANTILE) / np.median(deviations))
+    if ratio <= float(norm.ppf(level) / norm.ppf(0.75)):
+        return math.inf
+
+    def gap(df: float) -> float:
+        return float(student_t.ppf(level, df) / student_t.ppf(0.75, df)) - ratio
+
+    return 1.0 if gap(1.0) <= 0 else float(brentq(gap, 1.0, 1e6))
+
+
+def normal_p(values: Sequence[float], centre: float, spread: float) -> list[float]:
+    """Two-sided p of each value under a normal of that centre and spread: 2 P(Z > |x - centre| / spread)
+    (``scipy.stats.norm.sf``). A spread of 0 gives p 1 at the centre and 0 elsewhere."""
+    from scipy.stats import norm
+
+    a = np.asarray(values, dtype=float) - centre
+    if spread == 0:
+        return [1.0 if x == 0 else 0.0 for x in a]
+    return [float(p) for p in 2 * norm.sf(np.abs(a) / spread)]
+
+
+def normal_spread_about_zero(values: Sequence[float]) -> float:
+    """The robust SD of ``values`` about 0 rather than about their median: median |x| / Phi^-1(3/4), that is
+    1.4826 median |x| (``scipy.stats.norm.ppf``). For changes between two runs of the same code, a drift of
+    the whole run is part of the noise a later comparison will meet, so it is kept in."""
+    from scipy.stats import norm
+
+    return float(np.median(np.abs(np.asarray(values, dtype=float))) / norm.ppf(0.75))
+
+
+@dataclass(frozen=True)
+class ShiftTest:
+    """Whether many changes share one shift (``median_shift``)."""
+
+    median: float  # the median of the values
+    p: float  # two-sided, Wilcoxon's signed-rank test of symmetry about 0
+    n: int
+
+
+def median_shift(values: Sequence[float]) -> ShiftTest:
+    """Are the values centred away from 0? Wilcoxon's signed-rank test (``scipy.stats.wilcoxon``,
+    two-sided; zero values dropped, ``zero_method="wilcox"``): the ranks of |x| summed over the positive
+    values, against their distribution when each sign is a coin toss. A few large changes move it little
+    (they are a few ranks); a small shift of every value moves it a lot. All values 0: p 1."""
+    from scipy.stats import wilcoxon
+
+    a = np.asarray(values, dtype=float)
+    median = float(np.median(a))
+    if not np.any(a):
+        return ShiftTest(median, 1.0, int(a.size))
+    return ShiftTest(median, float(wilcoxon(a).pvalue), int(a.size))

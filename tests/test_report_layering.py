@@ -45,7 +45,7 @@ def _env() -> dict[str, str]:
 def reports(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("reports")
     write_report(mixed_report(), folder / "base.json")
-    slower = make_report([make_result("seed.foo3", 1.5, gpu="A100", compiled_ms=1.3, params={"shape": [256, 256]})])
+    slower = make_report([make_result("seed.foo3", 1.0, gpu="A100", compiled_ms=1.3, params={"shape": [256, 256]})])
     write_report(slower, folder / "new.json")
     (folder / "run.journal.jsonl").write_text(make_result("a").model_dump_json() + "\n")
     return folder

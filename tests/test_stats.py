@@ -94,3 +94,45 @@ def test_median_ci_brackets_the_median_and_narrows_with_agreeing_values() -> Non
     low, high = median_ci([0.85, 1.04, 1.2, 0.95, 1.1, 1.04, 0.9])
     assert low <= 1.04 <= high and low < 1.0 < high
     assert median_ci([0.85, 1.04, 1.2, 0.95, 1.1, 1.04, 0.9]) == (low, high)  # seeded: the same every time
+
+
+def test_the_empirical_null_is_the_median_and_the_normal_scaled_mad_and_ignores_a_few_shifted_values():
+    from scipy.stats import norm
+
+    from tasks.stats import empirical_null, normal_p, normal_spread_about_zero
+
+    rng = np.random.default_rng(0)
+    values = list(rng.normal(0.01, 0.03, 2000))
+    null = empirical_null(values + [1.0] * 50)  # 50 large real changes barely move it
+    assert null.centre == pytest.approx(0.01, abs=0.003) and null.spread == pytest.approx(0.03, rel=0.08)
+    assert normal_p([0.01 + 1.96 * 0.03], 0.01, 0.03) == pytest.approx([0.05], rel=1e-3)
+    assert normal_p([0.0, 0.1], 0.0, 0.0) == [1.0, 0.0]
+    assert normal_spread_about_zero([-2.0, 1.0, 3.0]) == pytest.approx(2.0 / norm.ppf(0.75))
+
+
+def test_median_shift_is_wilcoxons_signed_rank_test():
+    from scipy.stats import wilcoxon
+
+    from tasks.stats import median_shift
+
+    values = [0.03, -0.01, 0.05, 0.04, 0.02, 0.06, -0.02, 0.07]
+    shift = median_shift(values)
+    assert shift.p == pytest.approx(float(wilcoxon(values).pvalue)) and shift.median == pytest.approx(0.035)
+    assert median_shift([0.0, 0.0]).p == 1.0
+
+
+def test_the_empirical_null_turns_student_t_where_the_tails_are_heavy():
+    from scipy.stats import t as student_t
+
+    from tasks.stats import HEAVY_TAIL_SHARE, empirical_null
+
+    rng = np.random.default_rng(1)
+    normal = rng.normal(0, 0.02, 120)
+    assert empirical_null(normal).df == float("inf")
+    planted = np.concatenate([normal[:115], np.full(5, -0.1)])  # 5 real changes among 120 keep it normal
+    assert empirical_null(planted).df == float("inf")
+    heavy = rng.standard_t(1.5, 120) * 0.2
+    null = empirical_null(heavy)
+    assert 1 <= null.df < 4 and np.mean(np.abs(heavy - null.centre) > 3 * null.spread) > HEAVY_TAIL_SHARE
+    (p,) = null.p([null.centre + 5 * null.scale])
+    assert p == pytest.approx(2 * student_t.sf(5, null.df))

@@ -1,0 +1,303 @@
+"""The regression gate on a big sweep with one run a side: A/A false alarms, injected slowdowns caught, and a
+sweep-wide slowdown seen as one verdict.
+
+    python benchmarks/gate_fdr.py [--out DIR]      # runs the 120-experiment spec twice, then the table
+    python benchmarks/gate_fdr.py --reports DIR    # the table again from an earlier run's a.json and b.json
+    python benchmarks/gate_fdr.py --reports DIR --compact tests/data/gate-fdr   # and a compact copy of them
+    python benchmarks/gate_fdr.py --simulate       # the empirical null on simulated sweeps of known noise (seconds)
+
+Runs one spec of 120 cheap experiments (the six tutorial targets at ten sizes each, compiled by the
+``eager`` and ``aot_eager`` backends, 10 timed samples a side, CPU) twice through ``compilebench run``,
+each a fresh local Ray instance: ``a.json`` and ``b.json``, the same code minutes apart. Then, through
+``compilebench compare`` at its defaults (``-f json``):
+
+- **A/A**: a.json against b.json. Every regression flagged is a false alarm (goal: at most 1, exit 0).
+- **5 slower by 10%**: a.json against a copy of b.json whose compiled samples of 5 experiments (spread over
+  the sweep, ``SLOWED``) are 10% longer (``slowed``: each sample times 1.1, the statistics derived again);
+  how many of the 5 are flagged slower (goal: at least 4), and how many others are.
+- **all 5% slower**: a.json against a copy of b.json with every compiled sample 5% longer: the sweep-wide
+  verdict (goal: flagged, as one regression).
+
+Each scenario's row gives the command that produced it; the reports and the copies stay in the folder.
+``--compact DIR`` writes a.json, b.json and session.json again in DIR, small enough to commit (``compact``):
+``tests/test_compare_fdr.py`` checks the same outcomes from them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from orchestrator.report import Report, read, write_report  # noqa: E402
+from tasks.models import Result  # noqa: E402
+from tasks.stats import describe  # noqa: E402
+
+SIZES = [128, 256, 384, 512, 640, 768, 896, 1024, 1152, 1280]  # square shapes of the elementwise targets
+BATCHES = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]  # seed.my_module's batch
+LENGTHS = [10, 100, 1000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000]  # seed.bar's size
+INJECTED = 1.10  # the 5 slowed experiments' compiled samples, times this
+SWEEP = 1.05  # every compiled sample, times this
+SLOWED_COUNT = 5
+
+
+def spec_text() -> str:
+    """The sweep: 6 targets x 10 sizes x 2 backends = 120 experiments, one run each."""
+
+    def sweep(target: str, param: str, values: list[Any]) -> str:
+        return (
+            f"  - target: {target}\n    sweep:\n      params.{param}: {json.dumps(values)}\n"
+            "      compile.backend: [eager, aot_eager]\n"
+        )
+
+    shapes = [[n, n] for n in SIZES]
+    return (
+        "name: gate-fdr\ndefaults:\n  device: cpu\n  timing: {warmup: 2, repeats: 10}\nexperiments:\n"
+        + sweep("seed.foo", "shape", shapes)
+        + sweep("seed.outer", "shape", shapes)
+        + sweep("seed.foo3", "shape", shapes)
+        + sweep("seed.my_module", "batch", BATCHES)
+        + sweep("seed.bar", "size", LENGTHS)
+        + sweep("seed.bar_fixed", "size", LENGTHS)
+    )
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+    )
+
+
+def run_twice(out: Path) -> dict[str, Any]:
+    """``compilebench run`` of the spec into a.json, then b.json; their durations and the load around them."""
+    spec = out / "gate-fdr.yaml"
+    spec.write_text(spec_text())
+    session: dict[str, Any] = {"load": [os.getloadavg()[0]], "seconds": []}
+    for name in ("a", "b"):
+        start = time.monotonic()
+        proc = cli("run", str(spec), "--out", str(out / f"{name}.json"), "--overwrite")
+        if proc.returncode != 0:
+            sys.exit(f"run {name} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        session["seconds"].append(time.monotonic() - start)
+        session["load"].append(os.getloadavg()[0])
+    (out / "session.json").write_text(json.dumps(session, indent=2) + "\n")
+    return session
+
+
+def slowed(report: Report, factor: float, ids: set[str] | None = None) -> Report:
+    """The report as if the compiled side of the experiments ``ids`` (None: every one) had taken ``factor``
+    times as long: each compiled sample (and first call) scaled, its statistics derived again
+    (``tasks.stats.describe``), the speedup eager median / compiled median again."""
+
+    def slow(r: Result) -> Result:
+        if (ids is not None and r.experiment_id not in ids) or r.compiled is None or r.eager is None:
+            return r
+        samples = [s * factor for s in r.compiled.samples_ms]
+        compiled = r.compiled.model_copy(
+            update={
+                **describe(samples).model_dump(),
+                "samples_ms": samples,
+                "first_call_ms": r.compiled.first_call_ms * factor,
+            }
+        )
+        speedup = r.eager.median_ms / compiled.median_ms if r.speedup is not None else None
+        return r.model_copy(update={"compiled": compiled, "speedup": speedup})
+
+    return report.model_copy(update={"results": [slow(r) for r in report.results]})
+
+
+def chosen(report: Report, count: int = SLOWED_COUNT) -> list[str]:
+    """``count`` experiment ids spread evenly over the report's ok, timed results (every len/count-th, from
+    the middle of the first stretch): one of each stretch of targets, never hand-picked."""
+    ids = [r.experiment_id for r in report.results if r.status == "ok" and r.speedup]
+    step = len(ids) / count
+    return [ids[int(step / 2 + i * step)] for i in range(count)]
+
+
+def compare_json(out: Path, base: str, new: str) -> tuple[int, dict[str, Any], str]:
+    """``compilebench compare BASE NEW -f json`` in ``out``: its exit code, its JSON and the command."""
+    proc = cli("compare", str(out / base), str(out / new), "-f", "json")
+    if proc.returncode not in (0, 1):
+        sys.exit(f"compare {base} {new} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return proc.returncode, json.loads(proc.stdout), f"compilebench compare {base} {new}"
+
+
+def scenarios(out: Path) -> list[list[str]]:
+    """Write the two slowed copies of b.json, compare each scenario through the CLI, and a row each."""
+    b = read(out / "b.json")
+    ids = chosen(b)
+    write_report(slowed(b, INJECTED, set(ids)), out / "b-5-slower.json")
+    write_report(slowed(b, SWEEP), out / "b-all-slower.json")
+    rows = []
+    for name, new, planted in (
+        ("A/A", "b.json", []),
+        (f"{SLOWED_COUNT} slower by {INJECTED - 1:.0%}", "b-5-slower.json", ids),
+        (f"all slower by {SWEEP - 1:.0%}", "b-all-slower.json", []),
+    ):
+        code, data, command = compare_json(out, "a.json", new)
+        flagged = [c for c in data["changes"] if c["regression"]]
+        slower = {c["experiment_id"] for c in data["changes"] if c["kind"] == "slower"}
+        sweep = next((c for c in data["changes"] if c["kind"].startswith("sweep")), None)
+        (noise,) = [n for n in data["noise"] if n["source"] == "sweep"] or [None]
+        median = f"median {math.expm1(noise['shift']):+.1%}, p={noise['shift_p']:.2g}" if noise else "no sweep null"
+        shown = f"{sweep['kind'].replace('_', ' ')} ({median})" if sweep else f"none ({median})"
+        spread = f"{noise['spread']:.1%}" if noise else "-"
+        spread += f", t({noise['df']:.1f})" if noise and noise["df"] else ""
+        caught = f"{len(slower & set(planted))}/{len(planted)}" if planted else "-"
+        others = len([c for c in flagged if c["experiment_id"] not in planted and not c["kind"].startswith("sweep")])
+        rows.append([name, f"`{command}`", str(len(flagged)), caught, str(others), shown, spread, str(code)])
+    return rows
+
+
+NOISES = [("normal", 0.02), ("normal", 0.03), ("t5", 0.02), ("t3", 0.02), ("t2", 0.02), ("t1.5", 0.2)]
+SIMULATED = 300  # sweeps per row and null (--simulate)
+
+
+def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list[str]]:
+    """Sweeps of ``n`` one-run experiments with simulated log changes (normal, or Student's t of a few degrees
+    of freedom: bursts of contention; times a scale), judged by a normal null from the median and 1.4826 MAD
+    (``tasks.stats.normal_p``) and by the gate's (``tasks.stats.empirical_null``, Student's t where the tails
+    are heavy), Benjamini-Hochberg at 0.05 and beyond 5% as the gate does: false alarms in A/A sweeps, and
+    how many of 5 experiments 10% slower are caught."""
+    import numpy as np
+    from scipy.stats import median_abs_deviation
+
+    from tasks.stats import empirical_null, fdr_adjust, normal_p
+
+    rng = np.random.default_rng(seed)
+    planted = np.arange(SLOWED_COUNT) * (n // SLOWED_COUNT) + n // (2 * SLOWED_COUNT)
+
+    def flagged(d: Any, gate: bool) -> Any:
+        p = (
+            empirical_null(d).p(d)
+            if gate
+            else normal_p(d, float(np.median(d)), float(median_abs_deviation(d, scale="normal")))
+        )
+        return (np.asarray(fdr_adjust(p)) < 0.05) & (np.abs(np.expm1(d)) > 0.05)
+
+    rows = []
+    for shape, scale in NOISES:
+        draws = [
+            (rng.normal(0, 1, n) if shape == "normal" else rng.standard_t(float(shape[1:]), n)) * scale
+            for _ in range(2 * trials)
+        ]
+        for gate in (False, True):
+            alarms = np.array([flagged(d, gate).sum() for d in draws[:trials]])
+            caught = []
+            for d in draws[trials:]:
+                d = d.copy()
+                d[planted] -= np.log(INJECTED)
+                caught.append(flagged(d, gate)[planted].sum())
+            rows.append(
+                [
+                    f"{shape} {scale:.0%}",
+                    "the gate's" if gate else "normal",
+                    f"{alarms.mean():.2f}",
+                    f"{np.mean(alarms > 1):.0%}",
+                    f"{np.mean(caught):.2f}",
+                    f"{np.mean(np.asarray(caught) >= 4):.0%}",
+                ]
+            )
+    return rows
+
+
+DROPPED = {"check", "measurement", "compile_breakdown", "requested", "reserved", "work", "break_reasons"}
+
+
+def compact(report: Report) -> dict[str, Any]:
+    """The report as plain data, small: no summary (derived again when read), results without the fields
+    compare does not read (``DROPPED``) or that hold their defaults, samples to 5 significant digits (the
+    medians and speedups kept as measured)."""
+
+    def result(r: Result) -> dict[str, Any]:
+        data = r.model_dump(mode="json", exclude_defaults=True, exclude=DROPPED)
+        for side in ("eager", "compiled"):
+            if data.get(side):
+                data[side]["samples_ms"] = [float(f"{x:.5g}") for x in data[side]["samples_ms"]]
+        return data
+
+    data = report.model_dump(mode="json", exclude={"results", "summary"})
+    return {**data, "summary": None, "results": [result(r) for r in report.results]}
+
+
+def write_compact(out: Path, folder: Path) -> None:
+    """``compact`` copies of ``out``'s a.json and b.json, and its session.json, in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("a.json", "b.json"):
+        (folder / name).write_text(json.dumps(compact(read(out / name)), separators=(",", ":")) + "\n")
+    (folder / "session.json").write_text((out / "session.json").read_text())
+
+
+def markdown(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def analyse(out: Path, command: str) -> None:
+    session = json.loads((out / "session.json").read_text())
+    a = read(out / "a.json")
+    seconds, load = session["seconds"], session["load"]
+    print(f"$ {command}")
+    print(
+        f"{len(a.results)} experiments, one run each, run twice on {platform.machine()} with {os.cpu_count()} cores "
+        f"({seconds[0]:.0f} s and {seconds[1]:.0f} s; load average {', '.join(f'{x:.1f}' for x in load)} before, "
+        f"between and after); compare at its defaults (5%, FDR q 0.05, sweep-wide 2%); reports in {out}\n"
+    )
+    headers = [
+        "scenario",
+        "command",
+        "regressions",
+        "slowed caught",
+        "other experiments flagged",
+        "sweep-wide verdict",
+        "noise (spread)",
+        "exit",
+    ]
+    print(markdown(headers, scenarios(out)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="where the spec and reports go (default: a temp dir)")
+    parser.add_argument("--reports", type=Path, default=None, help="print the table of an earlier run's --out again")
+    parser.add_argument("--compact", type=Path, default=None, help="also write compact copies of the reports here")
+    parser.add_argument("--simulate", action="store_true", help="only the null on simulated sweeps (seconds)")
+    args = parser.parse_args()
+    if args.simulate:
+        print(
+            f"$ python benchmarks/gate_fdr.py --simulate\n{SIMULATED} simulated A/A sweeps and {SIMULATED} with "
+            f"{SLOWED_COUNT} experiments {INJECTED - 1:.0%} slower per row, 120 experiments one run a side:\n"
+        )
+        headers = ["log change noise", "null", "A/A flags (mean)", "A/A > 1", "slowed caught (mean)", ">= 4 caught"]
+        print(markdown(headers, simulate()))
+        return
+    if args.reports is not None:
+        analyse(args.reports, f"python benchmarks/gate_fdr.py --reports {args.reports}")
+        if args.compact is not None:
+            write_compact(args.reports, args.compact)
+        return
+    out = args.out or Path(tempfile.mkdtemp(prefix="gate-fdr-"))
+    out.mkdir(parents=True, exist_ok=True)
+    run_twice(out)
+    analyse(out, "python benchmarks/gate_fdr.py" + (f" --out {args.out}" if args.out else ""))
+    if args.compact is not None:
+        write_compact(out, args.compact)
+
+
+if __name__ == "__main__":
+    main()

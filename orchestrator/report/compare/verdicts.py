@@ -1,0 +1,296 @@
+"""The verdicts on speed and compile latency: each experiment's move tested, the p-values of one comparison
+adjusted together, and the changes that count.
+
+An experiment's move on a gated quantity is a ``Candidate``: the ratio new / base of the sides' geometric
+means over runs. With ``MIN_RUNS`` or more runs a side its p-value is Welch's t on the runs' logs
+(``tasks.stats.welch_log``); with fewer, a speed move is judged against the sweep's own noise, an A/A figure
+or nothing (``compare.noise``), and a compile latency is one sample a side, judged by its threshold alone.
+The p-values of one comparison are adjusted together by Benjamini-Hochberg (``tasks.stats.fdr_adjust``),
+speed and compile latency each a family of their own, and a move counts when it is beyond its threshold
+and its adjusted p is below q. Imports the comparison's data, the noise, the summary (device models), the
+compile phases and the cells; nothing that draws.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.report.cells import ms, seconds, times
+from orchestrator.report.compare.models import (
+    MIN_RUNS,
+    ONE_RUN,
+    ONE_SAMPLE,
+    UNTESTED,
+    UNTESTED_BOUND,
+    WELCH,
+    WILCOXON,
+    Change,
+    Kind,
+    Metric,
+    NoiseFigure,
+    SweepNoise,
+    Thresholds,
+)
+from orchestrator.report.compare.noise import Move, judge
+from orchestrator.report.compile_phases import explain, explanation
+from orchestrator.report.models import result_group
+from orchestrator.report.summary import device_model
+from tasks.models import Result
+from tasks.stats import fdr_adjust, geomean, welch_log
+
+
+@dataclass
+class Candidate:
+    """One experiment's move on a gated quantity (the speed metric, or compile latency), before the verdict:
+    the ratio new / base of the sides' geometric means over runs, and its test once run."""
+
+    b: list[Result]
+    n: list[Result]
+    ratio: float
+    p: float | None = None
+    p_adjusted: float | None = None
+    test: str = UNTESTED
+    deviation: float = 0.0  # the move as its test saw it (scaled, less the null's centre): its direction
+    note: str = ""
+    extra: dict[str, str] = field(default_factory=dict)  # what the change shows beside the ratio
+
+    @property
+    def runs(self) -> tuple[int, int]:
+        return len(self.b), len(self.n)
+
+    def significant(self, q: float) -> bool:
+        """Tested, the adjusted p below ``q``, and the test saw the move in its own direction (against a
+        sweep-wide shift an experiment can move less than the rest, the other way from its own move)."""
+        return self.p_adjusted is not None and self.p_adjusted < q and self.deviation * math.log(self.ratio) > 0
+
+
+def run_values(runs: Sequence[Result], metric: Metric) -> list[float]:
+    """One value a timed run: its speedup (eager median / compiled median), or its compiled median ("time")."""
+    if metric == "speedup":
+        return [r.speedup for r in runs if r.speedup]
+    return [r.compiled.median_ms for r in runs if r.compiled]
+
+
+def speed_candidate(b: Sequence[Result], n: Sequence[Result], metric: Metric) -> Candidate:
+    """The move of ``metric`` between two sides' ok, timed runs, with Welch's p where both have ``MIN_RUNS``;
+    the other metric's move is kept to be shown beside it, never gated."""
+    speedup = geomean(run_values(n, "speedup")) / geomean(run_values(b, "speedup"))
+    time = geomean(run_values(n, "time")) / geomean(run_values(b, "time"))
+    moves = {"speedup": f"speedup {percent(speedup)}", "time": f"time {percent(time)}"}
+    other = "time" if metric == "speedup" else "speedup"
+    c = Candidate(list(b), list(n), speedup if metric == "speedup" else time)
+    c.extra = {"change": f"{moves[metric]} ({moves[other]})", "base": _speed_text(b), "new": _speed_text(n)}
+    if min(c.runs) >= MIN_RUNS:
+        c.p, c.test = welch_log(run_values(b, metric), run_values(n, metric)).p, WELCH
+        c.deviation = math.log(c.ratio)
+    return c
+
+
+def speed_changes(
+    candidates: Sequence[Candidate], t: Thresholds, figures: Sequence[NoiseFigure] = ()
+) -> tuple[list[Change], list[SweepNoise]]:
+    """Slower or faster on the gated metric, and the noise experiments without replicates were judged by.
+
+    1. Candidates with fewer than ``MIN_RUNS`` runs a side are judged per device model
+       (``compare.noise.judge``): against the sweep's own noise, an A/A figure, or untested.
+    2. Every p-value (Welch's and those) is adjusted together, Benjamini-Hochberg (``_adjust``).
+    3. A move beyond ``t.speed`` is a change when significant at ``t.fdr``; untested, it is listed with
+       no p and fails the gate only beyond ``UNTESTED_BOUND``.
+    4. Per device model judged against its own noise, the median move of all its experiments, when beyond
+       ``t.sweep`` and Wilcoxon's p < ``t.fdr``, is one sweep-wide change (``_sweep_change``).
+    """
+    groups: dict[str, list[Candidate]] = {}
+    for c in candidates:
+        if min(c.runs) < MIN_RUNS:
+            groups.setdefault(device_model(c.n[0]) or "unknown", []).append(c)
+    swept = []
+    for model, group in groups.items():
+        judged = judge(model, t.metric, [Move(math.log(c.ratio), c.runs) for c in group], figures)
+        for c, p, deviation in zip(group, judged.p, judged.deviation, strict=True):
+            c.p, c.deviation, c.test = p, deviation, judged.test
+            c.note = untested_note(*c.runs) if p is None else ""
+        swept.append(judged.noise)
+    _adjust(candidates)
+    changes = []
+    for c in candidates:
+        slower, faster = _beyond(c.ratio, t.speed, t.metric)
+        tested = c.test != UNTESTED
+        if not (slower or faster) or (tested and not c.significant(t.fdr)):
+            continue
+        regression = slower and (tested or _beyond(c.ratio, UNTESTED_BOUND, t.metric)[0])
+        kind: Kind = "slower" if slower else "faster"
+        changes.append(_candidate_change(kind, c, regression))
+    changes += [change for noise in swept if (change := _sweep_change(noise, t))]
+    return changes, swept
+
+
+def _beyond(ratio: float, threshold: float, metric: Metric) -> tuple[bool, bool]:
+    """(slower, faster): the gated metric moved beyond ``threshold`` the bad way or the good way."""
+    if metric == "speedup":
+        return ratio < 1 - threshold, ratio > 1 + threshold
+    return ratio > 1 + threshold, ratio < 1 - threshold
+
+
+def _adjust(candidates: Sequence[Candidate]) -> None:
+    """Set each tested candidate's Benjamini-Hochberg adjusted p, over every tested candidate given."""
+    tested = [c for c in candidates if c.p is not None]
+    for c, adjusted in zip(tested, fdr_adjust([c.p for c in tested if c.p is not None]), strict=True):
+        c.p_adjusted = adjusted
+
+
+def _sweep_change(noise: SweepNoise, t: Thresholds) -> Change | None:
+    """The median move of a device model's experiments judged against their own noise, as one change:
+    listed when beyond ``t.sweep`` and Wilcoxon's p < ``t.fdr``, a regression when slower."""
+    if noise.source != "sweep" or noise.shift is None or noise.shift_p is None or noise.shift_p >= t.fdr:
+        return None
+    ratio = math.exp(noise.shift)
+    slower, faster = _beyond(ratio, t.sweep, t.metric)
+    if not (slower or faster):
+        return None
+    count = noise.experiments
+    return Change(
+        kind="sweep_slower" if slower else "sweep_faster",
+        experiment_id="",
+        target=f"all {count} experiments without replicates",
+        config="-",
+        device_model=noise.device_model,
+        base="-",
+        new="-",
+        change=f"median {t.metric} {percent(ratio)}",
+        runs=(count, count),
+        test=WILCOXON,
+        p_value=noise.shift_p,
+        note=f"every experiment's move judged against the sweep's spread around this median ({_spread(noise)})",
+        regression=slower,
+    )
+
+
+def untested_note(base_runs: int, new_runs: int) -> str:
+    """Why a speed change has no p-value."""
+    if base_runs == new_runs == 1:
+        return ONE_RUN
+    return f"{base_runs} vs {new_runs} runs: run-to-run noise not measured (a test needs {MIN_RUNS} a side)"
+
+
+def compile_comparable(b: Result, n: Result) -> str | None:
+    """None when the two compile latencies were served alike (the same cache state, and each layer
+    hit or missed alike); else why they measure different things. A report from before caches were
+    recorded compares by state alone."""
+    if b.compile.cache != n.compile.cache:
+        return f"cache {b.compile.cache} vs {n.compile.cache}"
+    if b.compile_cache and n.compile_cache and b.compile_cache.outcome != n.compile_cache.outcome:
+        return f"{b.compile_cache.label} vs {n.compile_cache.label}"
+    return None
+
+
+def compile_candidate(b: Sequence[Result], n: Sequence[Result]) -> tuple[Candidate | None, str | None]:
+    """The move of compile latency (geometric means over runs), Welch's p where both sides have
+    ``MIN_RUNS`` runs; runs the caches served differently (a hit against a miss, on either side) are never
+    compared: the reason comes back instead."""
+    b_runs = [r for r in b if r.compile_latency_s]
+    n_runs = [r for r in n if r.compile_latency_s]
+    if not (b_runs and n_runs):
+        return None, None
+    apart = next((why for r in b_runs[1:] + n_runs if (why := compile_comparable(b_runs[0], r))), None)
+    if apart is not None:
+        return None, f"{experiment_label(n_runs[0])}: compile latencies not compared ({apart})"
+    b_s, n_s = (geomean([r.compile_latency_s or 0.0 for r in rs]) for rs in (b_runs, n_runs))
+    c = Candidate(b_runs, n_runs, n_s / b_s)
+    first = n_runs[0]
+    how = first.compile_cache.label if first.compile_cache else first.compile.cache
+    c.extra = {"base": f"{seconds(b_s)} s", "new": f"{seconds(n_s)} s ({how})", "change": percent(c.ratio)}
+    if min(c.runs) >= MIN_RUNS:
+        before, after = ([r.compile_latency_s or 0.0 for r in rs] for rs in (b_runs, n_runs))
+        c.p, c.test, c.deviation = welch_log(before, after).p, WELCH, math.log(c.ratio)
+    else:
+        c.note = ONE_SAMPLE if c.runs == (1, 1) else f"{c.runs[0]} vs {c.runs[1]} samples: {ONE_SAMPLE[13:]}"
+    c.extra["phases"] = explanation(explain(b_runs, n_runs, n_s - b_s))
+    return c, None
+
+
+def compile_changes(candidates: Sequence[Candidate], t: Thresholds) -> list[Change]:
+    """Compile latency that moved beyond ``t.compile``: with ``MIN_RUNS`` runs a side when Welch's p, adjusted
+    with the comparison's other compile latencies (Benjamini-Hochberg), is below ``t.fdr``; with fewer, one
+    sample a side, by the threshold alone. A regression only with ``t.gate_compile``."""
+    _adjust(candidates)
+    changes = []
+    for c in candidates:
+        if abs(c.ratio - 1) <= t.compile or (c.test != UNTESTED and not c.significant(t.fdr)):
+            continue
+        slower = c.ratio > 1
+        kind: Kind = "compile_slower" if slower else "compile_faster"
+        changes.append(_candidate_change(kind, c, slower and t.gate_compile))
+    return changes
+
+
+def _candidate_change(kind: Kind, c: Candidate, regression: bool) -> Change:
+    return new_change(
+        kind,
+        c.n[0],
+        c.extra["base"],
+        c.extra["new"],
+        c.extra["change"],
+        c.runs,
+        regression,
+        p=c.p,
+        p_adjusted=c.p_adjusted,
+        test=c.test,
+        note=c.note,
+        phases=c.extra.get("phases", ""),
+    )
+
+
+def _speed_text(runs: Sequence[Result]) -> str:
+    """A side's compiled median and speedup, geometric means over its runs."""
+    return f"{ms(geomean(run_values(runs, 'time')))} ms, {times(geomean(run_values(runs, 'speedup')))}"
+
+
+def new_change(
+    kind: Kind,
+    r: Result,
+    base: str,
+    new: str,
+    change: str,
+    runs: tuple[int, int],
+    regression: bool,
+    p: float | None = None,
+    p_adjusted: float | None = None,
+    test: str | None = None,
+    note: str = "",
+    phases: str = "",
+) -> Change:
+    """A change of the experiment ``r`` ran, labelled as the report labels it."""
+    return Change(
+        kind=kind,
+        experiment_id=r.experiment_id,
+        target=result_group(r),
+        config=r.config_label,
+        device_model=device_model(r),
+        base=base,
+        new=new,
+        change=change,
+        runs=runs,
+        test=test,
+        p_value=p,
+        p_adjusted=p_adjusted,
+        note=note,
+        phases=phases,
+        regression=regression,
+    )
+
+
+def experiment_label(r: Result) -> str:
+    """``target params [config]``, as warnings name an experiment."""
+    return f"{result_group(r)} [{r.config_label}]"
+
+
+def percent(ratio: float) -> str:
+    """A ratio as a signed change: 0.9 -> ``-10.0%``."""
+    return f"{(ratio - 1) * 100:+.1f}%"
+
+
+def _spread(noise: SweepNoise) -> str:
+    """A null's spread: the SD of the log change of one run against one, as a percentage."""
+    return f"spread {noise.spread or 0.0:.1%} a run against a run"

@@ -108,7 +108,7 @@ def test_reserved_node_runs_nothing_new_of_other_shapes_while_the_gang_waits():
     busy = s.plan(1).dispatch  # 4 small workers on 2 nodes (the gang found no 2 free slots on one node)
     assert len(busy) == 4 and not [st for st in plan.start if st.ranks]
     plan = s.plan(RESERVE_AFTER_S + 1)
-    assert list(s.reserved.values())[0][0].ranks == 2
+    assert next(iter(s.reserved.values()))[0].ranks == 2
     (reserved_node,) = s.reserved
     on_it = [d for d in busy if s.workers[d.worker_id].node.node_id == reserved_node]
     elsewhere = [d for d in busy if d not in on_it]
@@ -162,7 +162,9 @@ def test_a_gang_past_its_deadline_is_a_timeout_naming_the_ranks_that_did_not_ans
     result = with_silent_ranks(result, [1])
     assert result.status == "timeout" and result.error.message.endswith("; rank 1 had not answered")
     assert result.distributed.failed_rank == 1 and [r.rank for r in result.distributed.ranks] == [1]
-    assert result.distributed.ranks[0].error == ErrorInfo(type="NoAnswer", message="no outcome when the deadline passed")
+    assert result.distributed.ranks[0].error == ErrorInfo(
+        type="NoAnswer", message="no outcome when the deadline passed"
+    )
 
 
 def test_the_autoscaler_is_asked_for_a_whole_gang_in_one_bundle():

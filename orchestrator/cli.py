@@ -187,7 +187,7 @@ def run(
             exclude_slow=exclude_slow,
             compile_cache=compile_cache,
         )
-    except (api.JournalError, api.CompileCacheError) as e:
+    except (api.JournalError, api.CompileCacheError, api.SpecError) as e:
         raise _fail(str(e), 2) from None
     except ClusterError as e:
         raise _fail(str(e), 1) from None

@@ -109,7 +109,8 @@ def _paths(fields: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[tu
     for name, field in fields.items():
         path = prefix + name
         out.append((path, field))
-        ref = field.get("$ref", "")
+        refs = [f["$ref"] for f in [field, *field.get("anyOf", [])] if "$ref" in f]  # a model, or an optional one
+        ref = refs[0] if len(refs) == 1 else ""
         nested = defs.get(ref.rsplit("/", 1)[-1], {}) if ref else {}
         if "properties" in nested:
             out += _paths(nested["properties"], defs, path + ".")

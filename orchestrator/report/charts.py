@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.report.models import Report, result_group
+from orchestrator.report.models import Report, config_label, result_group
 from orchestrator.report.page import COLORS, escape
 from orchestrator.report.replay import traffic_groups
 from orchestrator.report.summary import device_model, valid_timing
@@ -39,10 +39,10 @@ def speedup_figures(report: Report) -> list[go.Figure]:
     figures = []
     speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
-        configs = list(dict.fromkeys(r.config_label for r in rs))
+        configs = list(dict.fromkeys(config_label(r) for r in rs))
         fig = go.Figure()
         for i, config in enumerate(configs):
-            mine = [r for r in rs if r.config_label == config]
+            mine = [r for r in rs if config_label(r) == config]
             speedups = [r.speedup or 0.0 for r in mine]
             fig.add_trace(
                 go.Bar(
@@ -194,11 +194,11 @@ def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
         for j, (r, rp) in enumerate(group):
             color = COLORS[j % len(COLORS)]
             bars.add_trace(
-                go.Bar(name=r.config_label, x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
+                go.Bar(name=config_label(r), x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
             )
             curves.add_trace(
                 go.Scatter(
-                    name=r.config_label,
+                    name=config_label(r),
                     x=rp.cumulative_at,
                     y=[ms / 1e3 for ms in rp.cumulative_ms.get("compiled", [])],
                     mode="lines",
@@ -239,7 +239,7 @@ def compile_figure(report: Report) -> go.Figure:
         fig.add_trace(
             go.Box(
                 name=f"{cache} cache",
-                x=[r.config_label.removesuffix("+cold") for r in rs],
+                x=[config_label(r).removesuffix("+cold") for r in rs],
                 y=[r.compile_latency_s for r in rs],
                 text=[f"{result_group(r)} ({cache_text(r)})" for r in rs],
                 boxpoints="all",
@@ -286,7 +286,7 @@ def times_figure(report: Report) -> go.Figure:
                 y=ys,
                 mode="markers",
                 marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
-                text=[f"{result_group(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs],
+                text=[f"{result_group(r)} [{config_label(r)}] {r.speedup or 0:.2f}x" for r in rs],
                 hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
             )
         )

@@ -21,6 +21,7 @@ from orchestrator.report.models import (
     Ranked,
     Report,
     Summary,
+    config_label,
     result_group,
 )
 from orchestrator.report.replay import replay_rows
@@ -104,7 +105,7 @@ def results_rows(results: Sequence[Result], title: str = "results", calibration:
         row = [result_group(r)]
         if len(models) > 1:
             row.append(device_model(r) or "-")
-        row.append(r.config_label)
+        row.append(config_label(r))
         if replicated:
             row.append(f"r{r.replicate}")
         row += [
@@ -376,7 +377,7 @@ def failures_rows(results: Sequence[Result]) -> Rows:
     rows = [
         [
             result_group(r),
-            r.config_label,
+            config_label(r),
             r.status,
             r.error.type.rsplit(".", 1)[-1] if r.error else "-",
             first_line(r.error.message, limit=160) if r.error else (r.check_note or ""),

@@ -27,7 +27,7 @@ from orchestrator.report.compare.models import (
     Thresholds,
 )
 from orchestrator.report.compile_phases import explain, explanation
-from orchestrator.report.models import Group, Report, result_group
+from orchestrator.report.models import Group, Report, config_label, result_group
 from orchestrator.report.summary import device_model, summarize
 from tasks.models import Result
 from tasks.stats import geomean, welch_log
@@ -378,7 +378,7 @@ def _change(
         kind=kind,
         experiment_id=r.experiment_id,
         target=result_group(r),
-        config=r.config_label,
+        config=config_label(r),
         device_model=device_model(r),
         base=base,
         new=new,
@@ -400,7 +400,7 @@ def _versions(report: Report, key: str) -> list[str]:
 
 
 def _label(r: Result) -> str:
-    return f"{result_group(r)} [{r.config_label}]"
+    return f"{result_group(r)} [{config_label(r)}]"
 
 
 def _few(items: Sequence[str], shown: int = 10) -> str:

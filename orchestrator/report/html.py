@@ -16,7 +16,9 @@ from urllib.parse import quote
 from orchestrator.report.charts import (
     compile_figure,
     pareto_figure,
+    rank_figure,
     replay_figures,
+    scaling_figure,
     speedup_figures,
     times_figure,
 )
@@ -78,6 +80,14 @@ def render_html(report: Report) -> str:
             "below eager's, compiling has paid for itself.</p>"
         )
         body += [figure_html(fig, div) for div, fig in replays]
+    scaled, ranked = scaling_figure(report), rank_figure(report)
+    if scaled is not None or ranked is not None:
+        body.append("<h2>Distributed experiments</h2>")
+        body.append(
+            '<p class="meta">Compile speedup at each world size (the hover: compiled samples per second against one '
+            "rank's), then each rank's median step time: the gang's step is its slowest rank's.</p>"
+        )
+        body += [figure_html(f, div) for div, f in (("chart-scaling", scaled), ("chart-ranks", ranked)) if f]
     body.append("<h2>Compile latency per configuration</h2>")
     body.append(figure_html(compile_figure(report), "chart-compile"))
     body.append("<h2>Eager vs compiled time per device model</h2>")

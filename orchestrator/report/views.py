@@ -4,7 +4,7 @@ from the report's results and summary, in reading order (``views``), whatever fo
 A view decides what a table holds (its columns, rows and notes); how a table is drawn is the
 formats' job (``render`` for the terminal, Markdown and CSV; ``page`` and ``html`` for the HTML
 page), so that a view can be drawn by any of them. Imports the cells, the models, the summary
-and the replay view below it; nothing that draws.
+and the replay and ranks views below it; nothing that draws.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from orchestrator.report.models import (
     config_label,
     result_group,
 )
+from orchestrator.report.ranks import rank_rows, scaling_rows
 from orchestrator.report.replay import replay_rows
 from orchestrator.report.summary import device_model
 from tasks.models import Calibration, Result
@@ -404,9 +405,9 @@ def views(report: Report) -> Iterator[Rows]:
     ship = ship_rows(summary)
     if ship.rows:
         yield ship
-    replayed = replay_rows(report.results)
-    if replayed.rows:
-        yield replayed
+    for extra in (replay_rows(report.results), scaling_rows(report.results), rank_rows(report.results)):
+        if extra.rows:
+            yield extra
     replicated = replicates_rows(summary)
     if replicated.rows:
         yield replicated

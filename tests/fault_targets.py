@@ -221,7 +221,8 @@ class StubRank:
     every other rank's connection), so that a gang forms only when all its ranks join at once. ``run``
     sleeps ``params['ms']`` and misbehaves as ``params`` say: ``fail_rank`` returns an error outcome
     (the others wait as in a collective: ``params['wait_s']``), ``hang_rank`` never answers,
-    ``die_rank`` ends its process (once, with ``marker``: the file it leaves, as ``make_flaky``)."""
+    ``die_rank`` ends its process (once, with ``marker``: the file it leaves, as ``make_flaky``), ``mark``
+    leaves a file named after its node in that folder."""
 
     def __init__(self, placement: dict[str, Any], rank: int, world_size: int) -> None:
         self.placement, self.rank, self.world_size = placement, rank, world_size
@@ -256,6 +257,9 @@ class StubRank:
                 os._exit(9)
         if params.get("hang_rank") == self.rank:
             time.sleep(3600)
+        if params.get("mark"):  # a file named after its node, as make_mark_and_sleep leaves
+            Path(params["mark"]).mkdir(parents=True, exist_ok=True)
+            (Path(params["mark"]) / f"{self.placement['node_id']}-{os.getpid()}").touch()
         error = None
         if params.get("fail_rank") == self.rank:
             error = {"type": "RuntimeError", "message": f"rank {self.rank} raised (test)"}
@@ -267,6 +271,7 @@ class StubRank:
             "status": "runtime_error" if error else "ok",
             "error": error,
             "figures": {"rank": self.rank, "hostname": socket.gethostname(), "pid": os.getpid()},
+            "group_ok": True,
             "placement": {k: self.placement[k] for k in ("node_id", "gpu_ids", "cpus", "gpu_model")},
             "fresh": self.count == 1,
             "started_at": started,
@@ -283,7 +288,7 @@ def stub_combine(exp: Any, outcomes: list[dict[str, Any]], started_at: float, fi
     did not answer); rank 0 stands for where it ran."""
     from tasks.models import DistributedResult, ErrorInfo, RankFigures, Result
 
-    failing = sorted((o for o in outcomes if o.get("error")), key=lambda o: o["error"]["type"] == "NoAnswer")
+    failing = sorted((o for o in outcomes if o.get("error")), key=lambda o: bool(o.get("peer_failure")))
     first = failing[0] if failing else None
     where = next((o["placement"] for o in outcomes if o.get("placement")), None)
     return Result(
@@ -301,7 +306,7 @@ def stub_combine(exp: Any, outcomes: list[dict[str, Any]], started_at: float, fi
         worker={
             "hostname": socket.gethostname(),
             "node_id": where["node_id"],
-            "pid": outcomes[0]["figures"].get("pid") or 0,
+            "pid": (outcomes[0].get("figures") or {}).get("pid") or 0,
             "gpu_ids": [g for o in outcomes if o.get("placement") for g in o["placement"]["gpu_ids"]],
             "threads": where["cpus"],
             "gpu_model": where["gpu_model"],
@@ -315,7 +320,11 @@ def stub_combine(exp: Any, outcomes: list[dict[str, Any]], started_at: float, fi
             backend="gloo",
             ranks=[
                 RankFigures.model_validate(
-                    {**o["figures"], "error": o.get("error"), "gpu_ids": o.get("placement", {}).get("gpu_ids", [])}
+                    {
+                        **(o.get("figures") or {"rank": o["rank"]}),
+                        "error": o.get("error"),
+                        "gpu_ids": o.get("placement", {}).get("gpu_ids", []),
+                    }
                 )
                 for o in outcomes
             ],

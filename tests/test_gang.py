@@ -5,6 +5,8 @@ combine stand in for torch: the scheduling is what is tested."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 
 import pytest
@@ -75,13 +77,13 @@ def test_each_fault_of_a_rank_is_one_result_and_the_sweep_goes_on(ray_cluster, t
 
 @pytest.fixture(scope="module")
 def two_nodes():
-    with multinode_cluster(head_cpus=0, nodes=[{"num_cpus": 2, "num_gpus": 2}] * 2):
-        yield describe()
+    with multinode_cluster(head_cpus=0, nodes=[{"num_cpus": 2, "num_gpus": 2}] * 2) as cluster:
+        yield cluster
 
 
 def test_a_mixed_sweep_of_1_and_2_rank_experiments_finishes_on_two_2_gpu_nodes(two_nodes):
     experiments = [e for i in range(8) for e in (single(i, ms=30), ranked(100 + i, ms=30))]
-    results = run_experiments(experiments, two_nodes, **STUBS)
+    results = run_experiments(experiments, describe(), **STUBS)
     assert [r.status for r in results] == ["ok"] * 16
     gangs = Counter(r.distributed.gang_id for r in results if r.distributed is not None)
     assert sum(gangs.values()) == 8 and len(gangs) <= 4  # gangs reused: fewer formed than experiments
@@ -90,3 +92,27 @@ def test_a_mixed_sweep_of_1_and_2_rank_experiments_finishes_on_two_2_gpu_nodes(t
             nodes = {r.worker.node_id}
             assert len(nodes) == 1 and len(r.worker.gpu_ids) == 2  # both ranks on one node
     print(f"\n{len(gangs)} gang(s) formed for {sum(gangs.values())} 2-rank experiments")
+
+
+def test_a_node_lost_under_a_gang_runs_its_experiment_again_elsewhere_free_of_charge(two_nodes, tmp_path):
+    """``retries: 0``: the gang's experiment would be ``crashed`` if its node's loss counted."""
+    doomed = two_nodes.add_node(num_cpus=2, num_gpus=2)
+    two_nodes.wait_for_nodes()
+    marks = tmp_path / "marks"
+    experiments = [ranked(200 + s, ms=3000, mark=str(marks)).model_copy(update={"retries": 0}) for s in range(3)]
+
+    def remove_once_a_gang_runs_there() -> None:
+        for _ in range(2400):
+            if marks.exists() and any(p.name.startswith(doomed.node_id) for p in marks.iterdir()):
+                two_nodes.remove_node(doomed)
+                return
+            time.sleep(0.05)
+
+    remover = threading.Thread(target=remove_once_a_gang_runs_there)
+    remover.start()
+    results = run_experiments(experiments, describe(), **STUBS)
+    remover.join()
+    assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]
+    assert all(r.worker.node_id != doomed.node_id for r in results)
+    (lost,) = [r for r in results if r.lost_nodes]
+    assert lost.lost_nodes == 1 and lost.attempts == 2

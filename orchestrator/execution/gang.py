@@ -13,12 +13,14 @@ experiments it was started for). The gang is ready once every rank has joined.
 Ray Train builds its group for one training run and tears it down with it; a gang is kept, as a worker
 is: the next experiments of its shape on this node are sent to every rank (the payload, the experiment
 as JSON, the same to each), and their outcomes combined into one result (``tasks.distributed.combine``)
-once every rank has answered. It lives until the policy retires it, after ``max_experiments`` or when
-a rank asks (its memory grew: ``tasks.models.WorkerLimits``), or it dies.
+once every rank has answered. It lives until a rank asks to be replaced (``RETIRE`` beside its outcome:
+it ran ``max_experiments``, its memory grew, its reset raised; ``tasks.models.WorkerLimits``), until a
+rank's process group breaks (``group_ok`` false in its outcome), or it dies; a gang is never joined
+again: it is killed whole and the next one formed afresh.
 
-Faults. A rank whose outcome is a failure leaves the others waiting in a collective that will not
+Faults. A rank whose outcome is a failure may leave the others waiting in a collective that will not
 complete: they get ``FAILURE_GRACE_S`` to answer, then the result is combined from what came, each
-silent rank an outcome saying so, and the gang is retired (the next gang has a fresh process group).
+silent rank an outcome saying so (``NO_ANSWER``, a peer's failure), and the gang is retired.
 A rank whose process dies, whose node is lost, or whose actor's own code raises, is the gang's death:
 the pool kills every rank and reports one ``Died`` naming the rank. A gang past its experiment's
 deadline is killed whole by the pool; ``silent`` says which ranks had not answered.
@@ -37,11 +39,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from orchestrator.execution.events import Finished, Ready, actor_placement
 from orchestrator.execution.policy import Start, failed_result
-from tasks.models import DEFAULT_MAX_EXPERIMENTS, ErrorInfo, Experiment, Result
+from tasks.models import ErrorInfo, Experiment, Result
 from tasks.text import error_line
 from tasks.worker import RETIRE
 
 FAILURE_GRACE_S = 5.0  # after one rank's failure, how long the others may take to answer before the gang ends
+NO_ANSWER = "NoAnswer"  # the error type of the outcome made for a rank that did not answer
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo and NCCL (30 min)
 
 
@@ -129,7 +132,6 @@ class Gang:
         assert start.ranks is not None
         self.worker_id, self.size = worker_id, start.ranks
         self.combine = combine or default_combine
-        self.limits = limits
         self.timeout_s = start.collective_timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S
         bundle = {"CPU": start.cpus, **({"GPU": float(start.gpus)} if start.gpus else {})}
         self.group = placement_group(
@@ -214,30 +216,37 @@ class Gang:
             result = failed_result(exp, "runtime_error", error, started_at=self.started_at, finished_at=now)
             result = result.model_dump(mode="json")
         self.payload = None
-        return Finished(self.worker_id, result, retire=self._retire_reason(outcomes, silent, exp))
+        return Finished(self.worker_id, result, retire=self._retire_reason(outcomes, silent))
 
     @staticmethod
     def _silent_outcome(rank: int) -> dict[str, Any]:
+        """The outcome of a rank that had not answered ``FAILURE_GRACE_S`` after another rank's failure: most
+        likely waiting for it in a collective (``peer_failure``), its process group no longer usable."""
         message = f"no outcome within {FAILURE_GRACE_S:g} s of another rank's failure (waiting in a collective?)"
-        error = {"type": "NoAnswer", "message": message}
-        return {"rank": rank, "status": "timeout", "error": error, "figures": {"rank": rank}}
+        error = {"type": NO_ANSWER, "message": message}
+        return {"rank": rank, "status": "timeout", "error": error, "peer_failure": True, "group_ok": False}
 
-    def _retire_reason(self, outcomes: list[dict[str, Any]], silent: list[int], exp: Experiment) -> str | None:
-        """Why the gang must go after this experiment: a rank failed (its process group cannot be trusted),
-        a rank asks (``RETIRE``: its reset raised, its memory grew), or it ran ``max_experiments``."""
-        failed = [o.get("rank") for o in outcomes if o.get("error") is not None and o.get("rank") not in silent]
-        if failed or silent:
-            parts = [f"rank {', '.join(map(str, failed))} failed"] if failed else []
+    @staticmethod
+    def _retire_reason(outcomes: list[dict[str, Any]], silent: list[int]) -> str | None:
+        """Why the gang must go after this experiment: a rank did not answer, or its process group broke
+        (``group_ok`` false; an outcome that does not say is taken as broken when it failed), or a rank asks
+        (``RETIRE``: it ran ``max_experiments``, its memory grew, its reset raised)."""
+        broken = [o.get("rank") for o in outcomes if o.get("rank") not in silent and not _group_ok(o)]
+        if broken or silent:
+            parts = [f"rank {', '.join(map(str, broken))}'s process group broke"] if broken else []
             parts += [f"rank {', '.join(map(str, silent))} did not answer"] if silent else []
-            return f"{'; '.join(parts)}: the gang's process group is rebuilt"
+            return f"{'; '.join(parts)}: the gang is rebuilt"
         asked = [f"rank {o.get('rank')}: {o[RETIRE]}" for o in outcomes if o.get(RETIRE)]
-        if asked:
-            return "; ".join(asked)
-        most = exp.worker.max_experiments or self.limits.get("max_experiments") or DEFAULT_MAX_EXPERIMENTS
-        return f"ran {self.experiments} experiments (max_experiments={most})" if self.experiments >= most else None
+        return "; ".join(asked) if asked else None
 
     def kill(self) -> None:
         """Kill every rank and give the placement group back."""
         for actor in self.actors:
             ray.kill(actor, no_restart=True)
         remove_placement_group(self.group)
+
+
+def _group_ok(outcome: dict[str, Any]) -> bool:
+    """Whether a rank's process group is still usable after its outcome (``group_ok``; where the outcome does
+    not say, as long as it did not fail)."""
+    return bool(outcome.get("group_ok", outcome.get("error") is None))

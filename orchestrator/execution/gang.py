@@ -207,7 +207,9 @@ class Gang:
         the gang must be retired after it."""
         assert self.payload is not None
         silent = self.silent()
-        outcomes = [self.outcomes.get(rank) or self._silent_outcome(rank) for rank in range(self.size)]
+        answered = list(self.outcomes.values())
+        own = any(o.get("error") is not None and not o.get("peer_failure", False) for o in answered)
+        outcomes = [self.outcomes.get(rank) or self._silent_outcome(rank, own) for rank in range(self.size)]
         exp = Experiment.model_validate(self.payload)
         try:
             result = self.combine(exp, outcomes, self.started_at, now).model_dump(mode="json")
@@ -219,12 +221,20 @@ class Gang:
         return Finished(self.worker_id, result, retire=self._retire_reason(outcomes, silent))
 
     @staticmethod
-    def _silent_outcome(rank: int) -> dict[str, Any]:
-        """The outcome of a rank that had not answered ``FAILURE_GRACE_S`` after another rank's failure: most
-        likely waiting for it in a collective (``peer_failure``), its process group no longer usable."""
-        message = f"no outcome within {FAILURE_GRACE_S:g} s of another rank's failure (waiting in a collective?)"
+    def _silent_outcome(rank: int, other_failed_on_its_own: bool) -> dict[str, Any]:
+        """The outcome of a rank that had not answered ``FAILURE_GRACE_S`` after another rank's failure, its
+        process group no longer usable. Where a rank that answered failed on its own, the silent one is
+        most likely waiting for it in a collective (a peer's failure); where every rank that answered
+        blames a peer, the silent one is the likely culprit (it hung)."""
+        message = f"no outcome within {FAILURE_GRACE_S:g} s of another rank's failure"
         error = {"type": NO_ANSWER, "message": message}
-        return {"rank": rank, "status": "timeout", "error": error, "peer_failure": True, "group_ok": False}
+        return {
+            "rank": rank,
+            "status": "timeout",
+            "error": error,
+            "peer_failure": other_failed_on_its_own,
+            "group_ok": False,
+        }
 
     @staticmethod
     def _retire_reason(outcomes: list[dict[str, Any]], silent: list[int]) -> str | None:

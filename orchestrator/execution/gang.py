@@ -215,8 +215,8 @@ class Gang:
             result = self.combine(exp, outcomes, self.started_at, now).model_dump(mode="json")
         except Exception as e:  # a bug in combining: the experiment's result says so; the gang stays sound
             error = ErrorInfo(type="CombineError", message=f"combining the ranks' outcomes raised {error_line(e)}")
-            result = failed_result(exp, "runtime_error", error, started_at=self.started_at, finished_at=now)
-            result = result.model_dump(mode="json")
+            failed = failed_result(exp, "runtime_error", error, started_at=self.started_at, finished_at=now)
+            result = failed.model_dump(mode="json")
         self.payload = None
         return Finished(self.worker_id, result, retire=self._retire_reason(outcomes, silent))
 

@@ -122,6 +122,7 @@ def scaling(results: Sequence[Result]) -> list[Series]:
     """The distributed results' series across world sizes, in report order; a series with one world size too."""
     by_series: dict[tuple[str, str, str], dict[int, list[Result]]] = {}
     labels: dict[tuple[str, str, str], str] = {}
+    key: tuple[str, str, str]
     for r in distributed(results):
         assert r.distributed is not None
         if r.status != "ok":

@@ -180,3 +180,22 @@ def test_why_unfit_for_a_gang_on_a_cpu_cluster():
         "distributed.world_size 3 needs 3 CPU workers on one node (a core set of 1 core(s) per rank); "
         "the largest node has 2"
     )
+
+
+def test_a_reserved_node_whose_gangs_never_start_is_given_up_for_another():
+    s = Scheduler([exp(0), exp(1), exp(2), exp(3), gang(4)], start_timeout_s=10)
+    s.observe_nodes([node("a", 8, 2), node("b", 8, 2)])
+    ready_all(s, s.plan(0).start)
+    busy = s.plan(1).dispatch
+    assert len(busy) == 4
+    s.plan(RESERVE_AFTER_S + 1)
+    (first,) = s.reserved
+    finish_all(s, [d for d in busy if s.workers[d.worker_id].node.node_id == first])
+    now = RESERVE_AFTER_S + 2
+    for _ in range(3):  # the gang is started on the reserved node and never becomes ready
+        (start,) = [st for st in s.plan(now).start if st.ranks == 2]
+        assert start.node_id == first
+        now += 11
+        assert [w for w, _ in s.expired(now)] == [start.worker_id]
+    s.plan(now)
+    assert (first, Shape(1, None, 2)) in s.broken and first not in s.reserved

@@ -40,15 +40,19 @@ def has_gang(need: Need, workers: Iterable[WorkerView]) -> bool:
 
 
 def kept(
-    reserved: Mapping[str, Need], nodes: Collection[str], waiting: Collection[Need], workers: Iterable[WorkerView]
+    reserved: Mapping[str, Need],
+    nodes: Collection[str],
+    waiting: Collection[Need],
+    workers: Iterable[WorkerView],
+    broken: Collection[NodeShape] = (),
 ) -> Reserved:
-    """The reservations that still hold: their node is usable, their need has runs waiting, and no gang
-    of that need exists yet."""
+    """The reservations that still hold: their node is usable (and its gangs of that shape have not kept
+    failing to start), their need has runs waiting, and no gang of that need exists yet."""
     listed = list(workers)
     return {
         node_id: need
         for node_id, need in reserved.items()
-        if node_id in nodes and need in waiting and not has_gang(need, listed)
+        if node_id in nodes and (node_id, need[0]) not in broken and need in waiting and not has_gang(need, listed)
     }
 
 

@@ -212,7 +212,7 @@ class Scheduler:
     def plan(self, now: float) -> Plan:
         """Dispatch to idle workers; record what can never run; start and retire workers."""
         plan = Plan()
-        self.reserved = kept(self.reserved, self.nodes, self.queue.demand(), self.workers.values())
+        self.reserved = kept(self.reserved, self.nodes, self.queue.demand(), self.workers.values(), self.broken)
         self._dispatch(plan, now)
         self._unschedulable(plan, now)
         demand = self.queue.demand()

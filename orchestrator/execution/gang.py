@@ -153,7 +153,6 @@ class Gang:
         self.started_at = 0.0
         self.outcomes: dict[int, dict[str, Any]] = {}
         self.failed_at: float | None = None  # when the first failing outcome of the experiment came
-        self.experiments = 0  # run by this gang
 
     def begin(self) -> list[Call]:
         """The calls that form the gang: every rank's ``ready``, rank 0's address."""
@@ -163,7 +162,6 @@ class Gang:
     def submit(self, payload: dict[str, Any], now: float) -> list[Call]:
         """Send one experiment to every rank."""
         self.payload, self.started_at, self.outcomes, self.failed_at = payload, now, {}, None
-        self.experiments += 1
         return [(actor.run.remote(payload), "run", rank) for rank, actor in enumerate(self.actors)]
 
     def answer(self, method: str, rank: int, value: Any, now: float) -> tuple[list[Call], Ready | Finished | None]:

@@ -14,6 +14,9 @@ build, wrap, eager steps, compile, compiled steps, check; the process reset afte
 - **plain script** (the floor, ``SPAWN_SCRIPT``): ``torch.multiprocessing.spawn`` of two processes, each a
   ``RankWorker`` joining one gloo group on a free port, running the N payloads in turn; then each
   experiment's outcomes combined (``tasks.distributed.combine``). No Ray, no journal, no report.
+  ``OMP_NUM_THREADS=1``, as ``torchrun`` sets it for several processes on a node (and Ray sets it to
+  an actor's ``num_cpus``): without it each rank's OpenMP pool spans every core, and on a loaded
+  machine the floor ran 1.7x slower than compilebench.
 
 Each is a process of its own timed from interpreter start to exit, as a user waits for it; they run
 ``--rounds`` times alternately (the machine's load moves) and the table shows each one's median round.
@@ -47,8 +50,9 @@ TIMING = {"warmup": 2, "repeats": 10}
 
 SPAWN_SCRIPT = textwrap.dedent(
     """
-    import json, sys
+    import json, os, sys
 
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # as torchrun sets it for several processes a node (Ray: num_cpus)
     import torch.multiprocessing as mp
 
 

@@ -48,18 +48,18 @@ def ranked_result(world_size: int, speedup: float, *, strategy: str = "ddp", see
 
 def test_world_sizes_are_groups_of_their_own_and_options_are_configurations():
     one, two = ranked_result(1, 1.5), ranked_result(2, 1.2)
-    reducer = ranked_result(2, 1.4, optimize_ddp="python_reducer")
+    reducer = ranked_result(2, 1.4, optimize_ddp="off")
     single = make_result("models.gpt", 1.6, compiled_ms=10.0)
     single.phase = "training"
     assert gang_label(two) == "ddp x2" and gang_label(single) is None
     assert result_group(two) == "models.gpt training ddp x2"
-    assert config_label(reducer) == "inductor+optimize_ddp=python_reducer" and config_label(two) == "inductor"
+    assert config_label(reducer) == "inductor+optimize_ddp=off" and config_label(two) == "inductor"
     summary = make_report([single, one, two, reducer]).summary
     labels = [g.label for g in summary.groups]
     assert labels == ["models.gpt training", "models.gpt training ddp x1", "models.gpt training ddp x2"]
     at_two = summary.groups[2]
     assert at_two.gang == "ddp x2" and [r.config for r in at_two.ranked] == [
-        "inductor+optimize_ddp=python_reducer",
+        "inductor+optimize_ddp=off",
         "inductor",
     ]
 

@@ -199,3 +199,14 @@ def test_a_reserved_node_whose_gangs_never_start_is_given_up_for_another():
         assert [w for w, _ in s.expired(now)] == [start.worker_id]
     s.plan(now)
     assert (first, Shape(1, None, 2)) in s.broken and first not in s.reserved
+
+
+def test_where_every_rank_is_silent_none_is_blamed():
+    s = Scheduler([gang(0, timeout_s=10)])
+    s.observe_nodes([node("a", 8, 2)])
+    ready_all(s, s.plan(0).start)
+    s.plan(1)
+    ((_, result),) = s.expired(now=11)
+    result = with_silent_ranks(result, [0, 1])
+    assert result.error.message.endswith("; ranks 0, 1 had not answered") and result.distributed.failed_rank is None
+    assert [r.rank for r in result.distributed.ranks] == [0, 1]

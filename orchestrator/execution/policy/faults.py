@@ -161,7 +161,8 @@ def gang_outline(
 
 def with_silent_ranks(result: Result, silent: Sequence[int]) -> Result:
     """A gang's ``timeout`` result naming the ranks that had not answered when the deadline ended it: in
-    its message, and each as a rank of ``distributed.ranks`` with its error (the first is ``failed_rank``)."""
+    its message, and each as a rank of ``distributed.ranks`` with its error; ``failed_rank`` where only one
+    had not (where several had, they may all wait in a collective for one of them: none is named)."""
     if not silent or result.distributed is None:
         return result
     listed = ", ".join(str(r) for r in silent)
@@ -172,6 +173,6 @@ def with_silent_ranks(result: Result, silent: Sequence[int]) -> Result:
     known = {r.rank for r in result.distributed.ranks}
     result.distributed.ranks += [RankFigures(rank=r, error=silent_error) for r in silent if r not in known]
     result.distributed.ranks.sort(key=lambda r: r.rank)
-    if result.distributed.failed_rank is None:
+    if result.distributed.failed_rank is None and len(silent) == 1:
         result.distributed.failed_rank = silent[0]
     return result

@@ -13,9 +13,10 @@ from orchestrator.execution.cluster import ClusterInfo, connect, environment, su
 from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, runs_of
 from orchestrator.execution.runner import OnResult, run_experiments
 from orchestrator.machines.calibration import calibrated
+from orchestrator.plan.cluster_fit import check_fits
 from orchestrator.plan.compile_cache import CompileCacheError, check_compile_cache
 from orchestrator.plan.paths import check_out
-from orchestrator.plan.spec import ALL_GPU_MODELS, Spec, load_spec
+from orchestrator.plan.spec import ALL_GPU_MODELS, Spec, SpecError, load_spec
 from orchestrator.report import Report, build_report, write_report
 from orchestrator.store.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.store.storage import Location
@@ -30,6 +31,7 @@ __all__ = [
     "Run",
     "RunInterrupted",
     "RunPlan",
+    "SpecError",
     "WorkerLimits",
     "run",
 ]
@@ -107,6 +109,9 @@ def run(
     default: the current directory when an ``address`` is given and the spec names a target
     by import path (unless a submitted job already ships one).
 
+    On a cluster that does not grow (``pending_timeout_s`` 0), a distributed experiment whose ranks no
+    node can hold together raises ``SpecError`` once connected (``orchestrator.plan.cluster_fit``).
+
     Ctrl-C or SIGTERM writes the report of what finished, ``complete: false``, and raises
     ``RunInterrupted`` (a ``KeyboardInterrupt``) carrying it.
     """
@@ -117,11 +122,13 @@ def run(
         not_cleared = clear_traces(out) if overwrite else None  # held by this run now: no other writes them
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
         plan = make_plan(spec, cluster, journal.previous)
+        pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0
+        if pending == 0:  # no node will join: a gang no node can hold is a bad spec for this cluster
+            check_fits(plan.spec.name, (run.experiment for run in plan.todo), cluster.nodes)
         if not_cleared:
             plan.notes.append(not_cleared)
         if on_start is not None:
             on_start(plan)
-        pending = pending_timeout_s if pending_timeout_s is not None else DEFAULT_PENDING_TIMEOUT_S if address else 0.0
         probes: list[Calibration] = []
         try:
             with sigterm_as_interrupt():

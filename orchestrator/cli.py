@@ -187,7 +187,7 @@ def run(
             exclude_slow=exclude_slow,
             compile_cache=compile_cache,
         )
-    except (api.JournalError, api.CompileCacheError) as e:
+    except (api.JournalError, api.CompileCacheError, api.SpecError) as e:
         raise _fail(str(e), 2) from None
     except ClusterError as e:
         raise _fail(str(e), 1) from None
@@ -224,7 +224,8 @@ def validate(spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON)
     for exp in loaded.experiments:
         params = " ".join(f"{k}={v}" for k, v in exp.params.items())
         model = {None: "", "all": " on every GPU model"}.get(exp.gpu_model, f" on {exp.gpu_model}")
-        table.add_row(exp.id, exp.target, params, exp.device + model, exp.compile.label())
+        gang = f" {exp.distributed.label()}" if exp.distributed else ""
+        table.add_row(exp.id, exp.target, params, exp.device + model, exp.compile.label() + gang)
     out_console.print(table)
     every = sum(e.gpu_model == "all" for e in loaded.experiments)
     later = f" ({every} run once on each GPU model of the cluster, counted once here)" if every else ""

@@ -251,3 +251,121 @@ def make_exit_on_rank(device, rank: int = 1, code: int = 3, batch: int = 4):
     if _rank() == rank:
         os._exit(code)
     return _small_module(device, batch)
+
+
+class StubRank:
+    """A gang's rank for the scheduler's own tests (``orchestrator.execution.gang.RankExecutor``), without
+    torch: rank 0's address is a listening socket, and ``join`` is a rendezvous on it (rank 0 accepts
+    every other rank's connection), so that a gang forms only when all its ranks join at once. ``run``
+    sleeps ``params['ms']`` and misbehaves as ``params`` say: ``fail_rank`` returns an error outcome
+    (the others wait as in a collective: ``params['wait_s']``), ``hang_rank`` never answers,
+    ``die_rank`` ends its process (once, with ``marker``: the file it leaves, as ``make_flaky``), ``mark``
+    leaves a file named after its node in that folder."""
+
+    def __init__(self, placement: dict[str, Any], rank: int, world_size: int) -> None:
+        self.placement, self.rank, self.world_size = placement, rank, world_size
+        self.listener: socket.socket | None = None
+        self.peers: list[socket.socket] = []
+        self.count = 0
+
+    def address(self) -> tuple[str, int]:
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(self.world_size)
+        return "127.0.0.1", self.listener.getsockname()[1]
+
+    def join(self, master_addr: str, master_port: int, timeout_s: float) -> dict[str, Any]:
+        if self.rank == 0:
+            assert self.listener is not None
+            self.listener.settimeout(timeout_s)
+            self.peers = [self.listener.accept()[0] for _ in range(self.world_size - 1)]
+        else:
+            self.peers = [socket.create_connection((master_addr, master_port), timeout=timeout_s)]
+        return {"rank": self.rank, "timeout_s": timeout_s}
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        params = payload.get("params", {})
+        started = time.time()
+        self.count += 1
+        if params.get("die_rank") == self.rank:
+            marker = params.get("marker")
+            if marker is None or not Path(marker).exists():
+                if marker is not None:
+                    Path(marker).write_text(str(os.getpid()))
+                os._exit(9)
+        if params.get("hang_rank") == self.rank:
+            time.sleep(3600)
+        if params.get("mark"):  # a file named after its node, as make_mark_and_sleep leaves
+            Path(params["mark"]).mkdir(parents=True, exist_ok=True)
+            (Path(params["mark"]) / f"{self.placement['node_id']}-{os.getpid()}").touch()
+        error = None
+        if params.get("fail_rank") == self.rank:
+            error = {"type": "RuntimeError", "message": f"rank {self.rank} raised (test)"}
+        elif "fail_rank" in params:
+            time.sleep(float(params.get("wait_s", 0)))  # waits in a collective the failed rank never joins
+        time.sleep(float(params.get("ms", 0)) / 1e3)
+        return {
+            "rank": self.rank,
+            "status": "runtime_error" if error else "ok",
+            "error": error,
+            "figures": {"rank": self.rank, "hostname": socket.gethostname(), "pid": os.getpid()},
+            "group_ok": True,
+            "placement": {k: self.placement[k] for k in ("node_id", "gpu_ids", "cpus", "gpu_model")},
+            "fresh": self.count == 1,
+            "started_at": started,
+        }
+
+    def leave(self) -> None:
+        for s in [*self.peers, *([self.listener] if self.listener else [])]:
+            s.close()
+
+
+def stub_combine(exp: Any, outcomes: list[dict[str, Any]], started_at: float, finished_at: float) -> Any:
+    """The ranks' outcomes of ``StubRank`` as one result (``orchestrator.execution.gang.Combine``): ok when
+    every rank's is, else the first failing rank's status and error (a rank that failed before one that
+    did not answer); rank 0 stands for where it ran."""
+    from tasks.models import DistributedResult, ErrorInfo, RankFigures, Result
+
+    failing = sorted((o for o in outcomes if o.get("error")), key=lambda o: bool(o.get("peer_failure")))
+    first = failing[0] if failing else None
+    where = next((o["placement"] for o in outcomes if o.get("placement")), None)
+    return Result(
+        experiment_id=exp.id,
+        target=exp.target,
+        params=exp.params,
+        device="cpu",
+        compile=exp.compile,
+        timing=exp.timing,
+        seed=exp.seed,
+        status=first["status"] if first else "ok",
+        error=ErrorInfo.model_validate(first["error"]) if first else None,
+        started_at=started_at,
+        finished_at=finished_at,
+        worker={
+            "hostname": socket.gethostname(),
+            "node_id": where["node_id"],
+            "pid": (outcomes[0].get("figures") or {}).get("pid") or 0,
+            "gpu_ids": [g for o in outcomes if o.get("placement") for g in o["placement"]["gpu_ids"]],
+            "threads": where["cpus"],
+            "gpu_model": where["gpu_model"],
+        }
+        if where
+        else None,
+        measurement={"timer": "perf_counter", "fresh_process": bool(outcomes[0].get("fresh"))},
+        distributed=DistributedResult(
+            config=exp.distributed,
+            world_size=len(outcomes),
+            backend="gloo",
+            ranks=[
+                RankFigures.model_validate(
+                    {
+                        **(o.get("figures") or {"rank": o["rank"]}),
+                        "error": o.get("error"),
+                        "gpu_ids": o.get("placement", {}).get("gpu_ids", []),
+                    }
+                )
+                for o in outcomes
+            ],
+            failed_rank=first["rank"] if first else None,
+        ),
+    )

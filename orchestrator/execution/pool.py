@@ -6,7 +6,10 @@ The only module of the scheduler that calls Ray. It starts an actor where the po
 anything in the process touches CUDA. It sends experiments to actors, waits for what comes
 back (``ray.wait`` with a timeout, so that deadlines can be enforced), kills actors, lists the
 cluster's nodes and passes requests for capacity to the autoscaler. What comes back is told
-to the runner as plain events: ``Ready``, ``Finished``, ``Died``.
+to the runner as plain events: ``Ready``, ``Finished``, ``Died`` (``orchestrator.execution.events``).
+A gang (a ``Start`` with ``ranks``: a distributed experiment's k rank processes) is one worker to the
+policy and to the runner; its placement group, rank actors and outcomes are kept by a ``Gang``
+(``orchestrator.execution.gang``), whose calls the pool waits on with the rest.
 
 How a death shows up: an actor whose process died (segfault, ``os._exit``, SIGKILL, the kernel's
 OOM killer) or whose node was lost fails its pending call with an ``ActorDiedError`` (a node
@@ -25,25 +28,18 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from orchestrator.execution.cluster import describe
+from orchestrator.execution.events import Died, Event, Finished, Ready, actor_placement, death
+from orchestrator.execution.gang import Call, Combine, Gang, RankExecutor
 from orchestrator.execution.policy import Start
 from orchestrator.machines.nodes import Node
 from tasks.models import Calibration, ErrorInfo, WorkerLimits
 from tasks.worker import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
-
-# What Ray's errors say when an actor or task died with its node (Ray 2.60's GCS and core worker messages).
-NODE_LOST_SIGNS = (
-    "its node has died",
-    "the actor's node was",  # ... terminated, preempted
-    "node it was running on is dead",
-    "NodeAffinitySchedulingStrategy doesn't exist",  # the node left before the actor was placed
-)
 
 
 class Runs(Protocol):
@@ -77,16 +73,7 @@ class WorkerActor:
         calibrate: bool = False,
         compile_cache: str | None = None,
     ) -> None:
-        ctx = ray.get_runtime_context()
-        self.placement = {
-            "node_id": ctx.get_node_id(),
-            "gpu_ids": [str(g) for g in ctx.get_accelerator_ids().get("GPU", [])],
-            "cpus": cores,
-            "gpu_model": gpu_model,
-            "limits": limits or {},
-            "calibrate": calibrate,
-            "compile_cache": compile_cache,
-        }
+        self.placement = actor_placement(cores, gpu_model, limits, calibrate, compile_cache)
         self.worker = (executor or _default_executor)(self.placement)
 
     def ready(self) -> dict[str, Any]:
@@ -101,34 +88,6 @@ class WorkerActor:
         return self.worker.run(payload)
 
 
-@dataclass(frozen=True)
-class Ready:
-    worker_id: int
-    hostname: str
-    pid: int
-    gpu_ids: list[str]
-    calibration: Calibration | None = None  # what its device's probe measured (run --calibrate)
-
-
-@dataclass(frozen=True)
-class Finished:
-    worker_id: int
-    result: dict[str, Any]  # a Result as plain data
-    retire: str | None = None  # why the worker must be replaced after this result (it stands)
-
-
-@dataclass(frozen=True)
-class Died:
-    worker_id: int
-    error: ErrorInfo
-    oom: bool = False  # killed by Ray's memory monitor
-    alive: bool = False  # only the experiment's own process died; the worker lives on
-    node_lost: bool = False  # it died with its node
-
-
-Event = Ready | Finished | Died
-
-
 class Pool:
     def __init__(
         self,
@@ -136,20 +95,30 @@ class Pool:
         limits: WorkerLimits | None = None,
         calibrate: bool = False,
         compile_cache: str | None = None,
+        rank_executor: RankExecutor | None = None,
+        combine: Combine | None = None,
     ) -> None:
         self.executor = executor
+        self.rank_executor, self.combine = rank_executor, combine  # what a gang's ranks run, and how they combine
         self.calibrate = calibrate  # every worker probes its device before its first experiment
         self.compile_cache = compile_cache  # the run's shared compile cache: every worker gets it
         self.limits = (limits or WorkerLimits()).model_dump(exclude_none=True)  # the run's; each worker gets them
         self.actors: dict[int, Any] = {}  # worker id -> actor handle
         self.node_of: dict[int, str] = {}  # worker id -> the node it was started on
-        self.calls: dict[ray.ObjectRef, tuple[int, str]] = {}  # pending call -> (worker id, method)
+        self.calls: dict[ray.ObjectRef, tuple[int, str, int]] = {}  # pending call -> (worker id, method, rank)
+        self.gangs: dict[int, Gang] = {}  # worker id -> the gang it is (``orchestrator.execution.gang``)
 
     def nodes(self) -> list[Node]:
         """The cluster's alive nodes now."""
         return describe().nodes
 
     def start(self, start: Start) -> None:
+        if start.ranks is not None:
+            gang = Gang(start.worker_id, start, self.rank_executor, self.combine, self.limits, self.compile_cache)
+            self.gangs[start.worker_id] = gang
+            self.node_of[start.worker_id] = start.node_id
+            self._expect(start.worker_id, gang.begin())
+            return
         actor = WorkerActor.options(  # type: ignore[attr-defined]
             num_gpus=start.gpus,
             num_cpus=start.cpus,
@@ -157,34 +126,55 @@ class Pool:
         ).remote(start.cores, start.gpu_model, self.executor, self.limits, self.calibrate, self.compile_cache)
         self.actors[start.worker_id] = actor
         self.node_of[start.worker_id] = start.node_id
-        self.calls[actor.ready.remote()] = (start.worker_id, "ready")
+        self.calls[actor.ready.remote()] = (start.worker_id, "ready", 0)
+
+    def _expect(self, worker_id: int, calls: Sequence[Call]) -> None:
+        for ref, method, rank in calls:
+            self.calls[ref] = (worker_id, method, rank)
 
     def submit(self, worker_id: int, payload: dict[str, Any]) -> None:
-        self.calls[self.actors[worker_id].run.remote(payload)] = (worker_id, "run")
+        gang = self.gangs.get(worker_id)
+        if gang is not None:
+            self._expect(worker_id, gang.submit(payload, time.time()))
+            return
+        self.calls[self.actors[worker_id].run.remote(payload)] = (worker_id, "run", 0)
 
     def wait(self, timeout_s: float) -> list[Event]:
-        """What came back within ``timeout_s`` (everything that is ready once something is)."""
+        """What came back within ``timeout_s`` (everything that is ready once something is), and the gangs
+        whose ranks had their grace after another rank's failure (``orchestrator.execution.gang``)."""
+        graces = [d for g in self.gangs.values() if (d := g.grace_deadline()) is not None]
+        if graces:
+            timeout_s = min(timeout_s, min(graces) - time.time())
+        events: list[Event] = []
         if not self.calls:
             time.sleep(max(0.0, timeout_s))  # nothing to wait for but the clock (nodes joining)
-            return []
-        refs = list(self.calls)
-        ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
-        if ready:
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        return [self._event(ref) for ref in ready if ref in self.calls]
+        else:
+            refs = list(self.calls)
+            ready, _ = ray.wait(refs, num_returns=1, timeout=max(0.0, timeout_s))
+            if ready:
+                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            events = [e for ref in ready if ref in self.calls and (e := self._event(ref)) is not None]
+        now = time.time()
+        for worker_id, gang in list(self.gangs.items()):
+            deadline = gang.grace_deadline()
+            if deadline is not None and now >= deadline and gang.payload is not None:
+                self._forget(worker_id)  # the silent ranks' calls: the gang is retired with this result
+                events.append(gang.finish(now))
+        return events
 
-    def _event(self, ref: ray.ObjectRef) -> Event:
-        worker_id, method = self.calls.pop(ref)
+    def _event(self, ref: ray.ObjectRef) -> Event | None:
+        worker_id, method, rank = self.calls.pop(ref)
+        gang = self.gangs.get(worker_id)
         try:
             value = ray.get(ref)
-        except ray.exceptions.OutOfMemoryError as e:
-            self.kill(worker_id)
-            return Died(worker_id, ErrorInfo.from_exception(e), oom=True)
-        except Exception as e:  # the actor died, its node was lost, or the worker's own code raised
+        except Exception as e:  # the actor died, its node was lost, Ray's memory monitor, or the worker's own code
             node_id = self.node_of.get(worker_id)
             self.kill(worker_id)
-            lost = not isinstance(e, ray.exceptions.RayTaskError) and self._node_lost(e, node_id)
-            return Died(worker_id, ErrorInfo.from_exception(e), node_lost=lost)
+            return death(worker_id, e, node_id, rank=rank if gang is not None else None)
+        if gang is not None:
+            calls, event = gang.answer(method, rank, value, time.time())
+            self._expect(worker_id, calls)
+            return event
         if method == "ready":
             calibration = value.get("calibration")
             probe = Calibration.model_validate(calibration) if calibration else None
@@ -194,24 +184,24 @@ class Pool:
         retire = value.pop(RETIRE, None)
         return Finished(worker_id, value, retire=retire)
 
-    @staticmethod
-    def _node_lost(error: Exception, node_id: str | None) -> bool:
-        """Whether a worker died with its node: Ray says so, or no longer lists the node as alive."""
-        if getattr(error, "preempted", False) or any(sign in str(error) for sign in NODE_LOST_SIGNS):
-            return True
-        if node_id is None:
-            return False
-        return not any(n["NodeID"] == node_id and n.get("Alive") for n in ray.nodes())
+    def silent_ranks(self, worker_id: int) -> list[int]:
+        """A gang's ranks that have not answered its running experiment ([] for a worker of one process)."""
+        gang = self.gangs.get(worker_id)
+        return gang.silent() if gang is not None else []
 
     def kill(self, worker_id: int) -> None:
-        """Kill a worker now (its process and any fresh process it started), forgetting its calls."""
+        """Kill a worker now (its process and any fresh process it started; a gang's every rank and its
+        placement group), forgetting its calls."""
         actor = self._forget(worker_id)
         self.node_of.pop(worker_id, None)
+        gang = self.gangs.pop(worker_id, None)
+        if gang is not None:
+            gang.kill()
         if actor is not None:
             ray.kill(actor, no_restart=True)
 
     def _forget(self, worker_id: int) -> Any:
-        for ref in [r for r, (w, _) in self.calls.items() if w == worker_id]:
+        for ref in [r for r, (w, _, _) in self.calls.items() if w == worker_id]:
             del self.calls[ref]
         return self.actors.pop(worker_id, None)
 
@@ -222,5 +212,5 @@ class Pool:
         request_resources(bundles=list(bundles))
 
     def shutdown(self) -> None:
-        for worker_id in list(self.actors):
+        for worker_id in [*self.actors, *self.gangs]:
             self.kill(worker_id)

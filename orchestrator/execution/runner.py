@@ -21,7 +21,8 @@ from collections.abc import Callable, Sequence
 from pydantic import ValidationError
 
 from orchestrator.execution.cluster import ClusterInfo
-from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of
+from orchestrator.execution.gang import Combine, RankExecutor
+from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of, with_silent_ranks
 from orchestrator.execution.pool import Died, Executor, Finished, Pool, Ready
 from orchestrator.store.journal import Journal, RunKey, run_key
 from orchestrator.store.storage import Location
@@ -48,6 +49,8 @@ def run_experiments(
     on_calibration: Callable[[Calibration], None] | None = None,
     compile_cache: str | None = None,
     executor: Executor | None = None,
+    rank_executor: RankExecutor | None = None,
+    combine: Combine | None = None,
 ) -> list[Result]:
     """Run every experiment on long-lived workers; results in the order of the runs, each recorded once.
 
@@ -70,15 +73,23 @@ def run_experiments(
     ``exclude_slow`` (implies ``calibrate``): workers on a device slow for its model run nothing
     (``orchestrator.execution.policy``). ``compile_cache``: the run's shared compile cache (a directory or
     URL, ``orchestrator.plan.compile_cache``), given to every worker for ``compile.cache: shared``
-    experiments. ``executor`` replaces what the workers run (tests of the
-    scheduler; see ``orchestrator.execution.pool.Executor``). On KeyboardInterrupt the workers are killed
-    and the interrupt goes on; what was recorded before it stays recorded.
+    experiments. ``executor`` replaces what the workers run, ``rank_executor`` what a gang's ranks run and
+    ``combine`` how their outcomes become one result (tests of the scheduler; see
+    ``orchestrator.execution.pool.Executor`` and ``orchestrator.execution.gang``). On KeyboardInterrupt the
+    workers are killed and the interrupt goes on; what was recorded before it stays recorded.
     """
     runs = runs_of(experiments)
     scheduler = Scheduler(
         runs, pending_timeout_s=pending_timeout_s, start_timeout_s=start_timeout_s, exclude_slow=exclude_slow
     )
-    pool = Pool(executor, worker_limits, calibrate=calibrate or exclude_slow, compile_cache=compile_cache)
+    pool = Pool(
+        executor,
+        worker_limits,
+        calibrate=calibrate or exclude_slow,
+        compile_cache=compile_cache,
+        rank_executor=rank_executor,
+        combine=combine,
+    )
     results: dict[RunKey, Result] = {}
     requested: list[dict[str, float]] = []
     traces = TraceStore(report)  # the trace's files beside the report, the result naming them
@@ -145,15 +156,17 @@ def run_experiments(
                         oom=event.oom,
                         alive=event.alive,
                         node_lost=event.node_lost,
+                        rank=event.rank,
                     )
                     if final is not None:
                         record(final)
                     if not event.alive:
                         next_poll = 0.0  # a node may have gone: look now
             for worker_id, expired in scheduler.expired(time.time()):
+                silent = pool.silent_ranks(worker_id)  # a gang's ranks that had not answered
                 pool.kill(worker_id)
                 if expired is not None:
-                    record(expired)
+                    record(with_silent_ranks(expired, silent))
     except BaseException as e:
         settle = isinstance(e, KeyboardInterrupt)  # an interrupt still records what arrived before it
         raise

@@ -25,6 +25,13 @@ GPU_MODELS_DESCRIPTION = (
     "cluster: one experiment per model."
 )
 
+# What an editor offers for ``distributed`` (``examples/distributed_mixed.yaml`` sweeps the world size).
+DISTRIBUTED_EXAMPLES = [
+    {"strategy": "ddp", "world_size": 2},
+    {"strategy": "ddp", "world_size": 2, "optimize_ddp": "python_reducer", "compiled_autograd": True},
+    {"strategy": "fsdp2", "world_size": 4, "compile_per": "block", "reshard_after_forward": True},
+]
+
 # The top level of a spec file (orchestrator.plan.spec.SpecFile), with the help an editor shows.
 TOP_LEVEL: dict[str, dict[str, Any]] = {
     "name": {"type": "string", "description": "The sweep's name: the report's title."},
@@ -56,6 +63,8 @@ def spec_schema() -> dict[str, Any]:
         "description": GPU_MODELS_DESCRIPTION,
         "anyOf": [{"type": "array", "items": {"type": "string"}, "minItems": 1}, {"const": "all"}],
     }
+    if "DistributedConfig" in defs:
+        defs["DistributedConfig"]["examples"] = DISTRIBUTED_EXAMPLES
     defs["ExperimentEntry"] = {
         "title": "Experiment",
         "description": experiment.get("description", ""),
@@ -109,7 +118,8 @@ def _paths(fields: dict[str, Any], defs: dict[str, Any], prefix: str) -> list[tu
     for name, field in fields.items():
         path = prefix + name
         out.append((path, field))
-        ref = field.get("$ref", "")
+        refs = [f["$ref"] for f in [field, *field.get("anyOf", [])] if "$ref" in f]  # a model, or an optional one
+        ref = refs[0] if len(refs) == 1 else ""
         nested = defs.get(ref.rsplit("/", 1)[-1], {}) if ref else {}
         if "properties" in nested:
             out += _paths(nested["properties"], defs, path + ".")

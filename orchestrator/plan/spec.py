@@ -264,6 +264,8 @@ def _semantic_problem(exp: Experiment, check_target: bool = True) -> tuple[tuple
         return ("resources", "gpus"), "a 'cpu' experiment reserves no GPU"
     if exp.device == "cuda" and exp.resources.gpus == 0:
         return ("resources", "gpus"), "a 'cuda' experiment needs at least one GPU"
+    if exp.distributed is not None and (exp.resources.gpus or 0) > 1:
+        return ("resources", "gpus"), f"a rank of a distributed experiment holds one GPU (got {exp.resources.gpus})"
     if exp.gpu_model is not None and (exp.device == "cpu" or exp.resources.gpus == 0):
         return ("gpu_model",), "a CPU experiment runs on no GPU model"
     if cfg.mark_dynamic and exp.replay is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,6 +24,15 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
     return out
 
 
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds: its annotation's, or the one of an optional one (``DistributedConfig | None``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    models = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    others = [a for a in typing.get_args(annotation) if a is not type(None) and a not in models]
+    return models[0] if len(models) == 1 and not others else None
+
+
 def check_path(path: str, model: type[BaseModel] = Experiment) -> str | None:
     """Why ``path`` (``compile.mode``) names no field of ``model``, or None when it does.
 
@@ -36,8 +46,8 @@ def check_path(path: str, model: type[BaseModel] = Experiment) -> str | None:
             prefix = ".".join(path.split(".")[:depth]) or "an experiment"
             return f"no field '{part}' (fields of {prefix}: {', '.join(current.model_fields)})"
         annotation = current.model_fields[part].annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            current = annotation
+        if (nested := _model_of(annotation)) is not None:
+            current = nested
         elif depth < len(path.split(".")) - 1 and getattr(annotation, "__origin__", None) is not dict:
             return f"'{path}' goes below '{part}', which has no fields"
         else:
@@ -56,8 +66,8 @@ def split_path(path: str, model: type[BaseModel] = Experiment) -> list[str]:
         if field is None:
             return parts  # check_path reports a path that names no field
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            current = annotation
+        if (nested := _model_of(annotation)) is not None:
+            current = nested
         elif getattr(annotation, "__origin__", None) is dict and depth + 1 < len(parts):
             return [*parts[: depth + 1], ".".join(parts[depth + 1 :])]
         else:

@@ -8,7 +8,7 @@ Imports run one way: each module imports only modules listed before it.
 - ``cells``: numbers rounded for people, ``Rows`` of text cells, and their rich and Markdown tables;
 - ``decision``, then ``summary``: what to ship per group; statistics derived from the results;
 - ``io``: atomic writes, reading any schema version or a run's journal;
-- ``replay``, then ``views``: each table a reader sees, as ``Rows``, in reading order;
+- ``replay``, ``ranks``, then ``views``: each table a reader sees, as ``Rows``, in reading order;
 - ``render``: the terminal, Markdown, CSV; ``page``, ``charts``, then ``html``: one self-contained page;
 - ``compile_phases``, then ``compare``: two reports, experiment by experiment, as a regression gate;
 - ``changepoints``, ``history``, then ``history_html``: series across reports and where they changed;

@@ -1,10 +1,10 @@
 """The charts of a report's HTML page, each a plotly figure built from the report: speedups with their
 intervals, the Pareto set of what to ship, the replays' traffic, compile latencies, eager against
-compiled times.
+compiled times, distributed experiments' per-rank step times and compile's speedup across world sizes.
 
 A chart is data to draw, not a page: the page (``html``) places each figure with ``page.figure_html``.
-Imports the views and the replay view (for the groups and labels they share), the summary and the
-page's palette; plotly is imported when a chart is built, never on import.
+Imports the views, the replay and ranks views (for the groups and labels they share), the summary and
+the page's palette; plotly is imported when a chart is built, never on import.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.report.models import Report, result_group
+from orchestrator.report.models import Report, config_label, result_group
 from orchestrator.report.page import COLORS, escape
+from orchestrator.report.ranks import distributed, scaling
 from orchestrator.report.replay import traffic_groups
 from orchestrator.report.summary import device_model, valid_timing
 from orchestrator.report.views import cache_text, has_replicates
@@ -39,10 +40,10 @@ def speedup_figures(report: Report) -> list[go.Figure]:
     figures = []
     speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
-        configs = list(dict.fromkeys(r.config_label for r in rs))
+        configs = list(dict.fromkeys(config_label(r) for r in rs))
         fig = go.Figure()
         for i, config in enumerate(configs):
-            mine = [r for r in rs if r.config_label == config]
+            mine = [r for r in rs if config_label(r) == config]
             speedups = [r.speedup or 0.0 for r in mine]
             fig.add_trace(
                 go.Bar(
@@ -194,11 +195,11 @@ def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
         for j, (r, rp) in enumerate(group):
             color = COLORS[j % len(COLORS)]
             bars.add_trace(
-                go.Bar(name=r.config_label, x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
+                go.Bar(name=config_label(r), x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
             )
             curves.add_trace(
                 go.Scatter(
-                    name=r.config_label,
+                    name=config_label(r),
                     x=rp.cumulative_at,
                     y=[ms / 1e3 for ms in rp.cumulative_ms.get("compiled", [])],
                     mode="lines",
@@ -239,7 +240,7 @@ def compile_figure(report: Report) -> go.Figure:
         fig.add_trace(
             go.Box(
                 name=f"{cache} cache",
-                x=[r.config_label.removesuffix("+cold") for r in rs],
+                x=[config_label(r).removesuffix("+cold") for r in rs],
                 y=[r.compile_latency_s for r in rs],
                 text=[f"{result_group(r)} ({cache_text(r)})" for r in rs],
                 boxpoints="all",
@@ -286,7 +287,7 @@ def times_figure(report: Report) -> go.Figure:
                 y=ys,
                 mode="markers",
                 marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
-                text=[f"{result_group(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs],
+                text=[f"{result_group(r)} [{config_label(r)}] {r.speedup or 0:.2f}x" for r in rs],
                 hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
             )
         )
@@ -309,6 +310,67 @@ def times_figure(report: Report) -> go.Figure:
         height=480,
     )
     return fig
+
+
+def rank_figure(report: Report) -> go.Figure | None:
+    """Each rank's median step time, eager and compiled, a bar a rank of each distributed result: a slow rank
+    is the gang's step (ranks meet in collectives every step). None when no distributed result timed a rank."""
+    import plotly.graph_objects as go
+
+    rows = [(r, rank) for r in distributed(report.results) if r.distributed for rank in r.distributed.ranks]
+    rows = [(r, rank) for r, rank in rows if rank.eager or rank.compiled]
+    if not rows:
+        return None
+    fig = go.Figure()
+    labels = [f"{result_group(r)} [{config_label(r)}] rank {rank.rank}" for r, rank in rows]
+    for i, side in enumerate(("eager", "compiled")):
+        values = [getattr(rank, side).median_ms if getattr(rank, side) else None for _, rank in rows]
+        fig.add_trace(go.Bar(name=side, x=labels, y=values, marker_color=COLORS[i]))
+    fig.update_layout(
+        barmode="group",
+        yaxis={"title": {"text": "median step time, ms"}},
+        legend={"orientation": "h", "y": -0.35},
+        margin={"t": 30, "b": 140},
+        height=460,
+    )
+    return fig
+
+
+def scaling_figure(report: Report) -> go.Figure | None:
+    """Compile's speedup at each world size, a line per target, strategy and configuration; the hover says
+    each point's compiled throughput against one rank's. None when no distributed result is ok."""
+    import plotly.graph_objects as go
+
+    series = scaling(report.results)
+    if not series:
+        return None
+    fig = go.Figure()
+    for i, s in enumerate(series):
+        points = [p for p in s.points if p.speedup is not None]
+        fig.add_trace(
+            go.Scatter(
+                name=f"{s.label} [{s.config}]",
+                x=[p.world_size for p in points],
+                y=[p.speedup for p in points],
+                mode="lines+markers",
+                marker={"size": 10, "color": COLORS[i % len(COLORS)]},
+                text=[f"compiled {_vs(s.vs_one_rank(p))} one rank's throughput" for p in points],
+                hovertemplate="%{x} ranks: %{y:.2f}x<br>%{text}<extra></extra>",
+            )
+        )
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#999")
+    fig.update_layout(
+        xaxis={"title": {"text": "world size (ranks)"}, "dtick": 1},
+        yaxis={"title": {"text": "compile speedup (eager step / compiled step)"}},
+        legend={"orientation": "h", "y": -0.25},
+        margin={"t": 30},
+        height=420,
+    )
+    return fig
+
+
+def _vs(ratio: float | None) -> str:
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def empty_figure(message: str) -> go.Figure:

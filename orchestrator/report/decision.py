@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from orchestrator.report.models import ConfigDecision, Decision, Ranked
+from orchestrator.report.models import ConfigDecision, Decision, Ranked, config_label
 from tasks.models import Result
 
 EAGER = "eager"
@@ -251,7 +251,8 @@ def cold_twin(results: Sequence[Result]) -> str | None:
     """The label of the same configuration compiled cold, for a configuration whose results are all warm."""
     if not results or any(r.compile.cache != "warm" for r in results):
         return None
-    return results[0].compile.model_copy(update={"cache": "cold"}).label()
+    cold = results[0].compile.model_copy(update={"cache": "cold"})
+    return config_label(results[0].model_copy(update={"compile": cold}))
 
 
 def cold_twins(configs: Mapping[str, Sequence[Result]]) -> list[tuple[str, str]]:

@@ -32,7 +32,7 @@ from rich.text import Text
 from orchestrator.report.cells import Rows, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
 from orchestrator.report.io import ReportError, read
-from orchestrator.report.models import Report, group_label
+from orchestrator.report.models import Report, config_label, gang_label, group_label
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
 from orchestrator.store.storage import Location, StorageError, join, location, parent
 from orchestrator.store.storage import glob as glob_objects
@@ -228,7 +228,9 @@ def build_history(reports: Sequence[tuple[str, Report]], min_change: Mapping[Met
                 value = metric_value(r, metric)
                 if value is None or not math.isfinite(value) or value <= 0:
                     continue
-                key = (r.target, params, r.config_label, model, r.phase, r.precision, metric)
+                gang = gang_label(r)  # a distributed result's series is its world size's
+                config = config_label(r) + (f" {gang}" if gang else "")
+                key = (r.target, params, config, model, r.phase, r.precision, metric)
                 values.setdefault(key, {}).setdefault(i, []).append(value)
                 firsts.setdefault(key, r)
     smallest = {**MIN_CHANGE, **(min_change or {})}

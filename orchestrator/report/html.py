@@ -16,11 +16,13 @@ from urllib.parse import quote
 from orchestrator.report.charts import (
     compile_figure,
     pareto_figure,
+    rank_figure,
     replay_figures,
+    scaling_figure,
     speedup_figures,
     times_figure,
 )
-from orchestrator.report.models import Report, result_group
+from orchestrator.report.models import Report, config_label, result_group
 from orchestrator.report.page import document, escape, figure_html, table_html
 from orchestrator.report.views import headline, results_rows, ship_rows, views
 from tasks.text import first_line
@@ -78,6 +80,14 @@ def render_html(report: Report) -> str:
             "below eager's, compiling has paid for itself.</p>"
         )
         body += [figure_html(fig, div) for div, fig in replays]
+    scaled, ranked = scaling_figure(report), rank_figure(report)
+    if scaled is not None or ranked is not None:
+        body.append("<h2>Distributed experiments</h2>")
+        body.append(
+            '<p class="meta">Compile speedup at each world size (the hover: compiled samples per second against one '
+            "rank's), then each rank's median step time: the gang's step is its slowest rank's.</p>"
+        )
+        body += [figure_html(f, div) for div, f in (("chart-scaling", scaled), ("chart-ranks", ranked)) if f]
     body.append("<h2>Compile latency per configuration</h2>")
     body.append(figure_html(compile_figure(report), "chart-compile"))
     body.append("<h2>Eager vs compiled time per device model</h2>")
@@ -104,8 +114,8 @@ def samples_data(report: Report) -> list[dict[str, Any]]:
         ]
         if not sides:
             continue
-        title = f"{result_group(r)} [{r.config_label}]: {r.status}" + (f", {r.speedup:.2f}x" if r.speedup else "")
-        out.append({"label": f"{result_group(r)} [{r.config_label}]", "title": title, "sides": sides})
+        title = f"{result_group(r)} [{config_label(r)}]: {r.status}" + (f", {r.speedup:.2f}x" if r.speedup else "")
+        out.append({"label": f"{result_group(r)} [{config_label(r)}]", "title": title, "sides": sides})
         if len(out) == MAX_SAMPLE_RESULTS:
             break
     return out
@@ -153,7 +163,7 @@ def _failures(report: Report) -> str:
         message = error.message if error else (r.check_note or "")
         kind = error.type if error else "-"
         rows.append(
-            f"<tr><td>{escape(result_group(r))}</td><td>{escape(r.config_label)}</td>"
+            f"<tr><td>{escape(result_group(r))}</td><td>{escape(config_label(r))}</td>"
             f"<td class='bad'>{escape(r.status)}</td><td>{escape(kind)}</td>"
             f"<td><details><summary>{escape(first_line(message, limit=120))}</summary>"
             f"<pre>{escape(message)}</pre></details></td></tr>"
@@ -175,7 +185,8 @@ def _traces(report: Report) -> str:
         page = _link(trace.html, "tlparse") if trace.html else "-"
         note = f"<span class='bad'>{escape(trace.error)}</span>" if trace.error else ""
         rows.append(
-            f"<tr><td>{escape(result_group(r))}</td><td>{escape(r.config_label)}</td><td class='num'>{r.replicate}</td>"
+            f"<tr><td>{escape(result_group(r))}</td><td>{escape(config_label(r))}</td>"
+            f"<td class='num'>{r.replicate}</td>"
             f"<td>{folder}</td><td>{logs}</td><td class='num'>{trace.bytes / 1024:.0f} KiB</td><td>{page}</td>"
             f"<td>{note}</td></tr>"
         )

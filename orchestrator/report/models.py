@@ -86,7 +86,8 @@ class Decision(BaseModel):
 
 
 class Group(BaseModel):
-    """Results that measure the same thing: one target, its params, device model, phase and precision.
+    """Results that measure the same thing: one target, its params, device model, phase and precision, and for
+    distributed experiments one strategy at one world size.
 
     Only inside a group are configurations ranked against each other.
     """
@@ -104,10 +105,11 @@ class Group(BaseModel):
     failed: dict[str, str] = Field(default_factory=dict)  # config -> status, for results that are not ok
     decision: Decision | None = None  # what to ship; None in a summary written before decisions
     traffic: str | None = None  # replays only: the traffic replayed (``traffic_label``); a group of its own
+    gang: str | None = None  # distributed only: strategy and world size (``gang_label``); a group of its own
 
     @property
     def label(self) -> str:
-        return group_label(self.target, self.params, self.phase, self.precision) + (
+        return group_label(self.target, self.params, self.phase, self.precision, self.gang) + (
             f" replay({self.traffic})" if self.traffic else ""
         )
 
@@ -182,19 +184,42 @@ class Report(BaseModel):
     complete: bool = True  # False: the run was interrupted; experiments of the spec are missing
 
 
-def group_label(target: str, params: dict[str, Any], phase: str = "inference", precision: str = "fp32") -> str:
-    """``seed.foo3 shape=[4096, 4096]``, with phase and precision only where they are not the defaults."""
+def group_label(
+    target: str, params: dict[str, Any], phase: str = "inference", precision: str = "fp32", gang: str | None = None
+) -> str:
+    """``seed.foo3 shape=[4096, 4096]``, with phase and precision only where they are not the defaults, and a
+    distributed experiment's strategy and world size (``models.gpt training ddp x2``)."""
     parts = [target, *(f"{k}={v}" for k, v in params.items())]
     if phase != "inference":
         parts.append(phase)
     if precision != "fp32":
         parts.append(precision)
+    if gang is not None:
+        parts.append(gang)
     return " ".join(parts)
 
 
+def gang_label(r: Result) -> str | None:
+    """A distributed result's strategy and world size, ``ddp x2``: what its group is measured at (a result
+    at world size 2 is never ranked against one at world size 1); None for a result of one process."""
+    if r.distributed is None:
+        return None
+    return f"{r.distributed.config.strategy} x{r.distributed.config.world_size}"
+
+
+def config_label(r: Result) -> str:
+    """The configuration a result is ranked as in its group: its compile configuration (``Result.config_label``)
+    and, for a distributed result, the strategy's options (``inductor+optimize_ddp=python_reducer``)."""
+    if r.distributed is None:
+        return r.config_label
+    options = r.distributed.config.label().split("+")[1:]  # after "ddp x2", which the group says
+    return "+".join([r.config_label, *options])
+
+
 def result_group(r: Result) -> str:
-    """The label of the group a result belongs to (``group_label`` of its target, params, phase, precision)."""
-    return group_label(r.target, r.params, r.phase, r.precision)
+    """The label of the group a result belongs to (``group_label`` of its target, params, phase, precision and,
+    distributed, strategy and world size)."""
+    return group_label(r.target, r.params, r.phase, r.precision, gang_label(r))
 
 
 def traffic_label(traffic: ReplayConfig | None) -> str | None:

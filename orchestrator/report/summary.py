@@ -24,6 +24,8 @@ from orchestrator.report.models import (
     Ranked,
     Recompiled,
     Summary,
+    config_label,
+    gang_label,
     group_label,
     traffic_label,
 )
@@ -91,20 +93,22 @@ def summarize(results: Sequence[Result]) -> Summary:
     counts = Counter({status: 0 for status in get_args(Status)})
     counts.update(r.status for r in results)
     recompiled = [
-        Recompiled(experiment_id=r.experiment_id, target=r.target, config=r.config_label, reasons=r.recompile_reasons)
+        Recompiled(experiment_id=r.experiment_id, target=r.target, config=config_label(r), reasons=r.recompile_reasons)
         for r in results
         if r.recompiled
     ]
     keys: dict[str, str] = {}  # repr of params -> canonical JSON, computed once per distinct params
-    groups: dict[tuple[str, str, str, str, str, str | None], _GroupData] = {}
+    groups: dict[tuple[str, str, str, str, str, str | None, str | None], _GroupData] = {}
     for r, model in zip(results, _device_models(results), strict=True):
         text = repr(r.params)
         params = keys.get(text) or keys.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
         traffic = traffic_label(r.traffic)  # a replay measures its traffic, not one shape: a group of its own
-        key = (model, r.target, params, r.phase, r.precision, traffic)
+        gang = gang_label(r)  # a distributed experiment at each world size: a group of its own
+        key = (model, r.target, params, r.phase, r.precision, traffic, gang)
         data = groups.get(key)
         if data is None:
-            label = group_label(r.target, r.params, r.phase, r.precision) + (f" replay({traffic})" if traffic else "")
+            label = group_label(r.target, r.params, r.phase, r.precision, gang)
+            label += f" replay({traffic})" if traffic else ""
             data = groups[key] = _GroupData(model, label)
         data.add(r)
 
@@ -267,7 +271,7 @@ class _GroupData:
         self.why: dict[str, str] = {}  # the others: why their first result is not a valid timing
 
     def add(self, r: Result) -> None:
-        config = r.config_label
+        config = config_label(r)
         self.results.append(r)
         self.configs.setdefault(config, []).append(r)
         if valid_timing(r):
@@ -292,6 +296,7 @@ class _GroupData:
             phase=first.phase,
             precision=first.precision,
             traffic=traffic_label(first.traffic),
+            gang=gang_label(first),
             results=len(self.results),
             best=best,
             runner_up=runner_up,

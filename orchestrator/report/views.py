@@ -4,7 +4,7 @@ from the report's results and summary, in reading order (``views``), whatever fo
 A view decides what a table holds (its columns, rows and notes); how a table is drawn is the
 formats' job (``render`` for the terminal, Markdown and CSV; ``page`` and ``html`` for the HTML
 page), so that a view can be drawn by any of them. Imports the cells, the models, the summary
-and the replay view below it; nothing that draws.
+and the replay and ranks views below it; nothing that draws.
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from orchestrator.report.models import (
     Ranked,
     Report,
     Summary,
+    config_label,
     result_group,
 )
+from orchestrator.report.ranks import rank_rows, scaling_rows
 from orchestrator.report.replay import replay_rows
 from orchestrator.report.summary import device_model
 from tasks.models import Calibration, Result
@@ -104,7 +106,7 @@ def results_rows(results: Sequence[Result], title: str = "results", calibration:
         row = [result_group(r)]
         if len(models) > 1:
             row.append(device_model(r) or "-")
-        row.append(r.config_label)
+        row.append(config_label(r))
         if replicated:
             row.append(f"r{r.replicate}")
         row += [
@@ -376,7 +378,7 @@ def failures_rows(results: Sequence[Result]) -> Rows:
     rows = [
         [
             result_group(r),
-            r.config_label,
+            config_label(r),
             r.status,
             r.error.type.rsplit(".", 1)[-1] if r.error else "-",
             first_line(r.error.message, limit=160) if r.error else (r.check_note or ""),
@@ -403,9 +405,9 @@ def views(report: Report) -> Iterator[Rows]:
     ship = ship_rows(summary)
     if ship.rows:
         yield ship
-    replayed = replay_rows(report.results)
-    if replayed.rows:
-        yield replayed
+    for extra in (replay_rows(report.results), scaling_rows(report.results), rank_rows(report.results)):
+        if extra.rows:
+            yield extra
     replicated = replicates_rows(summary)
     if replicated.rows:
         yield replicated

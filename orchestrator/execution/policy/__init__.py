@@ -8,6 +8,12 @@ capacity). Tests drive it with made-up nodes and events.
 - **Workers** are long-lived, one per GPU by default, each holding a ``Shape`` (GPUs and cores)
   on one node for life. A worker runs experiments of its shape one after another; one asking
   for a ``gpu_model`` runs only on a worker whose node has that model.
+- **Gangs.** A distributed experiment (``distributed.world_size: k``) runs on a gang: one worker of k
+  rank processes on one node, each holding one GPU (or a core set), started together and reused by
+  the next experiments of its shape, as any worker is. The death of one rank is the gang's; its
+  result names the rank. A gang that cannot be placed because workers of other shapes hold its
+  node's slots gets a node reserved (``reservation``): nothing new starts or runs there until its
+  k slots have drained and the gang has formed.
 - **Placement** fills the nodes: while experiments of a shape wait, start workers of that shape
   wherever one fits in what our workers leave free. An idle worker that no waiting experiment
   can use is retired when another shape needs its room (GPU workers make way for CPU ones).
@@ -53,6 +59,7 @@ The package runs one way, from the bottom up: each module imports only those lis
 - ``model``: the plain data (shapes, runs, queue entries, workers as seen, the ``Plan``);
 - ``queue``: the runs waiting, by what they need;
 - ``placement``: which node a worker goes to, and why a need fits none (pure functions);
+- ``reservation``: which node is held back for a gang, and what may not run there meanwhile (pure functions);
 - ``faults``: what a death, a deadline, a failed start or a lost node does to a run (pure functions);
 - ``scheduler``: the ``Scheduler``, holding a sweep's state, taking the runner's events and dispatching.
 """
@@ -62,6 +69,7 @@ from orchestrator.execution.policy.faults import (
     MAX_NODE_LOSSES,
     MAX_START_FAILURES,
     failed_result,
+    with_silent_ranks,
 )
 from orchestrator.execution.policy.model import (
     MODEL_RESOURCE_SHARE,
@@ -101,4 +109,5 @@ __all__ = [
     "node_model",
     "runs_of",
     "shape_of",
+    "with_silent_ranks",
 ]

@@ -9,6 +9,8 @@ for a run whose worker made none.
   after it was asked for is a failed start, and ``MAX_START_FAILURES`` in a row of one shape on a
   node leave that node out for that shape.
 - A node lost under a worker takes no new worker until Ray stops listing it as alive.
+- A gang is one worker of k rank processes: the death of any rank is the gang's death (its result names
+  the rank), a deadline passed ends the whole gang (its result names the ranks that had not answered).
 
 Pure functions over the data model (the scheduler keeps the state and calls them); no Ray.
 """
@@ -16,12 +18,21 @@ Pure functions over the data model (the scheduler keeps the state and calls them
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal
 
 from orchestrator.execution.policy.model import Entry, WorkerView, stamp_run
 from orchestrator.machines.nodes import Node
-from tasks.models import ErrorInfo, Experiment, Result, Status, WorkerInfo, result_identity
+from tasks.models import (
+    DistributedResult,
+    ErrorInfo,
+    Experiment,
+    RankFigures,
+    Result,
+    Status,
+    WorkerInfo,
+    result_identity,
+)
 from tasks.text import first_line
 
 MAX_START_FAILURES = 3  # consecutive failed starts of one shape on a node, after which it takes none of that shape
@@ -87,12 +98,22 @@ def broken_after(error: ErrorInfo, failures: int) -> str | None:
 
 
 def final_result(
-    entry: Entry, status: Status, error: ErrorInfo, worker: WorkerView | None, now: float, started_at: float | None
+    entry: Entry,
+    status: Status,
+    error: ErrorInfo,
+    worker: WorkerView | None,
+    now: float,
+    started_at: float | None,
+    failed_rank: int | None = None,
 ) -> Result:
     """A final result made here (the worker made none): started when it started on its last worker
-    (``started_at``, else the worker's), finished ``now``."""
+    (``started_at``, else the worker's), finished ``now``; a distributed experiment's says its gang, and
+    ``failed_rank``, the rank whose fault ended it."""
     started = started_at if started_at is not None else worker.started_at if worker is not None else None
     result = failed_result(entry.exp, status, error, started_at=now if started is None else started, finished_at=now)
+    if entry.exp.distributed is not None:
+        shape = worker.shape if worker is not None else entry.shape
+        result.distributed = gang_outline(entry.exp, shape is not None and shape.gpus > 0, failed_rank, error)
     stamp_run(result, entry, worker)
     if worker is not None and worker.pid is not None:
         result.worker = WorkerInfo(
@@ -119,3 +140,39 @@ def failed_result(
         started_at=started_at,
         finished_at=time.time() if finished_at is None else finished_at,
     )
+
+
+def gang_outline(
+    exp: Experiment, on_gpus: bool, failed_rank: int | None = None, error: ErrorInfo | None = None
+) -> DistributedResult:
+    """What a distributed result made here can say of its gang: the config, the world size, the backend its
+    ranks use (``nccl`` on GPUs, ``gloo`` on the CPU), and the rank that failed, with its error."""
+    assert exp.distributed is not None
+    ranks = [RankFigures(rank=failed_rank, error=error)] if failed_rank is not None else []
+    return DistributedResult(
+        config=exp.distributed,
+        world_size=exp.distributed.world_size,
+        backend="nccl" if on_gpus else "gloo",
+        batch=exp.distributed.batch,
+        ranks=ranks,
+        failed_rank=failed_rank,
+    )
+
+
+def with_silent_ranks(result: Result, silent: Sequence[int]) -> Result:
+    """A gang's ``timeout`` result naming the ranks that had not answered when the deadline ended it: in
+    its message, and each as a rank of ``distributed.ranks`` with its error; ``failed_rank`` where only one
+    had not (where several had, they may all wait in a collective for one of them: none is named)."""
+    if not silent or result.distributed is None:
+        return result
+    listed = ", ".join(str(r) for r in silent)
+    note = f"rank{'s' if len(silent) > 1 else ''} {listed} had not answered"
+    if result.error is not None:
+        result.error = ErrorInfo(type=result.error.type, message=f"{result.error.message}; {note}")
+    silent_error = ErrorInfo(type="NoAnswer", message="no outcome when the deadline passed")
+    known = {r.rank for r in result.distributed.ranks}
+    result.distributed.ranks += [RankFigures(rank=r, error=silent_error) for r in silent if r not in known]
+    result.distributed.ranks.sort(key=lambda r: r.rank)
+    if result.distributed.failed_rank is None and len(silent) == 1:
+        result.distributed.failed_rank = silent[0]
+    return result

@@ -20,49 +20,70 @@ MODEL_RESOURCE_SHARE = 0.001  # what a task asks of a node's ``accelerator_type:
 
 @dataclass(frozen=True)
 class Shape:
-    """What a worker holds for life: ``gpus`` devices and ``cpus`` cores (None: the node's share).
+    """What a worker holds for life: ``gpus`` devices and ``cpus`` cores (None: the node's share) for each
+    of its processes; ``ranks`` None for a worker of one process, k for a gang of k rank processes on one
+    node (a distributed experiment's: each rank holds ``gpus`` and ``cpus`` of its own).
 
     The node's share is, for a GPU worker, the node's cores divided by its GPUs (rounded down;
     an equal fraction when a node declares fewer cores than GPUs, as a local instance with
     logical GPUs may), times its GPUs; for a CPU worker, every core of the node, so that CPU
-    experiments on a node are timed one at a time.
+    experiments on a node are timed one at a time; for a rank of a CPU gang, an equal share of the
+    node's cores (its core set: rounded down, so a 2-core node holds a gang of 2 ranks of 1 core).
     """
 
     gpus: int
     cpus: int | None = None
+    ranks: int | None = None
 
-    def cpus_on(self, node: Node) -> float:
-        """The CPUs a worker of this shape reserves on ``node`` (Ray's ``num_cpus``)."""
+    @property
+    def processes(self) -> int:
+        """Processes of a worker of this shape: its ranks, or one."""
+        return self.ranks or 1
+
+    @property
+    def held_gpus(self) -> int:
+        """GPUs a worker of this shape holds on its node, all its processes together."""
+        return self.gpus * self.processes
+
+    def rank_cpus_on(self, node: Node) -> float:
+        """The CPUs each process of such a worker reserves on ``node`` (Ray's ``num_cpus``)."""
         if self.cpus is not None:
             return float(self.cpus)
         if self.gpus == 0:
-            return float(node.cpus)
+            return float(node.cpus // self.processes)
         if node.gpus == 0:
             return 0.0
         share = node.cpus / node.gpus
         return self.gpus * (float(int(share)) if share >= 1 else int(share * 1e4) / 1e4)  # Ray counts in 1e-4
 
+    def cpus_on(self, node: Node) -> float:
+        """The CPUs a worker of this shape reserves on ``node``, all its processes together."""
+        return self.rank_cpus_on(node) * self.processes
+
     def cores_on(self, node: Node) -> int:
-        """The cores such a worker claims and pins to (at least one)."""
-        return max(1, int(self.cpus_on(node)))
+        """The cores each of its processes claims and pins to (at least one)."""
+        return max(1, int(self.rank_cpus_on(node)))
 
     def describe_on(self, node: Node) -> str:
-        """What a worker of this shape asks Ray for on ``node``, in words: ``1 GPU and 4 CPUs``."""
-        cpus = self.cpus_on(node)
+        """What a worker of this shape asks Ray for on ``node``, in words: ``1 GPU and 4 CPUs``, or for a
+        gang ``2 ranks of 1 GPU and 4 CPUs``."""
+        cpus = self.rank_cpus_on(node)
         held = [f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}"] if self.gpus else []
         held.append(f"{cpus:g} CPU{'s' if cpus != 1 else ''}")
-        return " and ".join(held)
+        each = " and ".join(held)
+        return each if self.ranks is None else f"{self.ranks} rank{'s' if self.ranks != 1 else ''} of {each}"
 
     def fits(self, node: Node) -> bool:
         """Whether an empty ``node`` can hold a worker of this shape."""
-        cpus = self.cpus_on(node)
-        return self.gpus <= node.gpus and cpus <= node.cpus and (self.gpus > 0 or cpus > 0)
+        cpus = self.rank_cpus_on(node)
+        return self.held_gpus <= node.gpus and cpus * self.processes <= node.cpus and (self.gpus > 0 or cpus > 0)
 
     def bundle(self, gpu_model: str | None) -> dict[str, float]:
-        """The resources to ask the autoscaler for, to hold one such worker."""
-        bundle: dict[str, float] = {"CPU": float(self.cpus or 1)}
+        """The resources to ask the autoscaler for, to hold one such worker: a gang's ranks in one bundle
+        (a bundle is never split across nodes, so only a node that holds the whole gang meets it)."""
+        bundle: dict[str, float] = {"CPU": float(self.cpus or 1) * self.processes}
         if self.gpus:
-            bundle["GPU"] = float(self.gpus)
+            bundle["GPU"] = float(self.held_gpus)
         if gpu_model:
             bundle[f"accelerator_type:{gpu_model}"] = MODEL_RESOURCE_SHARE
         return bundle
@@ -76,7 +97,8 @@ def node_model(node: Node) -> str | None:
 def shape_of(exp: Experiment, gpus_seen: bool | None) -> Shape | None:
     """The worker shape ``exp`` runs on. ``device: auto`` means a GPU when the cluster has one;
     ``gpus_seen`` is None while no node has any CPU or GPU to judge by (the shape is then None:
-    decided once nodes join)."""
+    decided once nodes join). A distributed experiment runs on a gang of ``world_size`` ranks,
+    each holding one GPU (or, on the CPU, a core set)."""
     gpus = exp.resources.gpus
     if gpus is None:
         if exp.device == "cuda" or exp.gpu_model is not None:
@@ -87,7 +109,8 @@ def shape_of(exp: Experiment, gpus_seen: bool | None) -> Shape | None:
             return None
         else:
             gpus = 1 if gpus_seen else 0
-    return Shape(gpus=gpus, cpus=exp.resources.cpus)
+    ranks = exp.distributed.world_size if exp.distributed is not None else None
+    return Shape(gpus=gpus, cpus=exp.resources.cpus, ranks=ranks)
 
 
 Need = tuple[Shape, str | None]  # a worker shape and the GPU model asked for (None: any)
@@ -187,13 +210,18 @@ def stamp_run(result: Result, entry: Entry, worker: WorkerView | None) -> Result
     result.lost_nodes = entry.lost_nodes
     result.requested = entry.exp.resources
     if worker is not None:
-        result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)
+        result.reserved = Resources(gpus=worker.shape.gpus, cpus=worker.cores)  # a gang's: each rank's
+        if result.distributed is not None and worker.shape.ranks is not None:
+            result.distributed.gang_id = f"gang-{worker.id}"
+            result.distributed.gang_experiments_before = worker.experiments_before
     return result
 
 
 @dataclass(frozen=True)
 class Start:
-    """Start a worker on a node, holding ``gpus`` GPUs and ``cpus`` CPUs for life."""
+    """Start a worker on a node, holding ``gpus`` GPUs and ``cpus`` CPUs for life; with ``ranks``, a gang of
+    that many rank processes holding ``gpus`` and ``cpus`` each, their collectives timing out after
+    ``collective_timeout_s`` (the longest ``timeout_s`` of the experiments it was started for)."""
 
     worker_id: int
     node_id: str
@@ -201,6 +229,8 @@ class Start:
     cpus: float
     cores: int
     gpu_model: str | None
+    ranks: int | None = None
+    collective_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)

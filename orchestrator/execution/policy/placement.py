@@ -36,7 +36,7 @@ def free_capacity(nodes: Iterable[Node], workers: Iterable[WorkerView]) -> Free:
     for w in workers:
         if w.node.node_id in free:
             gpus, cpus = free[w.node.node_id]
-            free[w.node.node_id] = (gpus - w.shape.gpus, cpus - w.cpus)
+            free[w.node.node_id] = (gpus - w.shape.held_gpus, cpus - w.cpus)
     return free
 
 
@@ -51,7 +51,7 @@ def place(
         if not shape.fits(node):
             continue
         gpus, cpus = free[node.node_id]
-        room = shape.gpus <= gpus and shape.cpus_on(node) <= cpus + 1e-9
+        room = shape.held_gpus <= gpus and shape.cpus_on(node) <= cpus + 1e-9
         if room and (best is None or free[best.node_id] < (gpus, cpus)):
             best = node
     return best
@@ -110,10 +110,30 @@ def why_unfit(
         return f"workers holding {held} could not start on the nodes that fit ({reasons})"
     candidates = [n for n in nodes.values() if model is None or node_model(n) == model]
     most_gpus = max((n.gpus for n in candidates), default=0)
+    if shape.ranks is not None:
+        return gang_unfit(shape, candidates)
     if shape.gpus > most_gpus:
         return f"needs {shape.gpus} GPU(s) on one node; the largest node has {most_gpus}"
     most_cpus = max((n.cpus for n in candidates if n.gpus >= shape.gpus), default=0)
     return f"needs {shape.cpus or 1} CPU(s) on one node; the largest node has {most_cpus}"
+
+
+def gang_unfit(shape: Shape, candidates: Iterable[Node]) -> str:
+    """Why no node can hold a gang of ``shape`` (a distributed experiment's ranks, all on one node): too
+    few GPUs, or too few cores for a core set per rank."""
+    nodes, ranks = list(candidates), shape.processes
+    most_gpus = max((n.gpus for n in nodes), default=0)
+    if shape.held_gpus > most_gpus:
+        return (
+            f"distributed.world_size {ranks} needs {shape.held_gpus} GPU(s) on one node, {shape.gpus} per rank; "
+            f"the largest node has {most_gpus}"
+        )
+    per_rank = shape.cpus or 1
+    most = max((n.cpus // per_rank for n in nodes if n.gpus >= shape.held_gpus), default=0)
+    return (
+        f"distributed.world_size {ranks} needs {ranks} CPU workers on one node (a core set of {per_rank} "
+        f"core(s) per rank); the largest node has {most}"
+    )
 
 
 def bundles(workers: Iterable[WorkerView], unplaced: Mapping[Need, int], unresolved: int) -> list[dict[str, float]]:

@@ -49,6 +49,15 @@ from orchestrator.execution.policy.placement import (
     why_unfit,
 )
 from orchestrator.execution.policy.queue import Queue
+from orchestrator.execution.policy.reservation import (
+    RESERVE_AFTER_S,
+    Reserved,
+    choose_node,
+    held_back,
+    kept,
+    open_to,
+    wanting,
+)
 from orchestrator.machines.calibration import slow_reasons
 from orchestrator.machines.nodes import Node
 from tasks.models import FRESH_PROCESS_CACHES, Calibration, ErrorInfo, Experiment, Result, Status
@@ -79,6 +88,9 @@ class Scheduler:
         self.broken: dict[NodeShape, str] = {}  # (node id, shape) -> why its workers could not start
         self.measured_on: dict[str, set[DeviceKey]] = {}  # experiment id -> devices its runs were dispatched to
         self.ran_in: dict[str, set[int]] = {}  # experiment id -> workers that ran one of its runs in their process
+        self.reserved: Reserved = {}  # node id -> the gang need it is held back for (``reservation``)
+        self.reserve_after_s = RESERVE_AFTER_S
+        self._gang_unplaced_since: dict[Need, float] = {}
 
     @property
     def done(self) -> bool:
@@ -148,10 +160,11 @@ class Scheduler:
         oom: bool = False,
         alive: bool = False,
         node_lost: bool = False,
+        rank: int | None = None,
     ) -> Result | None:
         """The worker's process (or, with ``alive``, the fresh process it ran the experiment in)
-        died; with ``node_lost``, because its node was lost. The experiment is retried, or its
-        final result returned (``faults.after_death``)."""
+        died; with ``node_lost``, because its node was lost; ``rank``: the gang's rank whose process
+        died. The experiment is retried, or its final result returned (``faults.after_death``)."""
         worker = self.workers.get(worker_id)
         if worker is None:
             return None
@@ -170,7 +183,7 @@ class Scheduler:
         if status is None:
             self.queue.requeue(entry)
             return None
-        return self._final(entry, status, error, worker, now, started_at)
+        return self._final(entry, status, error, worker, now, started_at, rank=rank)
 
     def expired(self, now: float) -> list[tuple[int, Result | None]]:
         """Workers past a deadline, for the runner to kill; they are forgotten here (a
@@ -199,11 +212,12 @@ class Scheduler:
     def plan(self, now: float) -> Plan:
         """Dispatch to idle workers; record what can never run; start and retire workers."""
         plan = Plan()
+        self.reserved = kept(self.reserved, self.nodes, self.queue.demand(), self.workers.values(), self.broken)
         self._dispatch(plan, now)
         self._unschedulable(plan, now)
         demand = self.queue.demand()
         unplaced = self._start(plan, demand, now)
-        if unplaced and self._retire(plan, unplaced, demand):
+        if unplaced and (self._reserve(plan, unplaced, now) | self._retire(plan, unplaced, demand)):
             unplaced = self._start(plan, demand, now)  # starting workers, new ones included, are subtracted again
         if self.pending_timeout_s > 0:
             plan.bundles = bundles(self.workers.values(), unplaced, len(self.queue.unresolved))
@@ -217,13 +231,19 @@ class Scheduler:
             for worker in self.workers.values():
                 if worker.state != "idle" or worker.excluded or self._peers_probing(worker):
                     continue
+                if held_back(worker, self.reserved):
+                    continue
                 entry = self.queue.take_for(worker, functools.partial(tier, worker=worker))
                 if entry is not None:
                     self._run(plan, worker, entry, now)
         for worker in [
             w
             for w in self.workers.values()
-            if w.state == "idle" and not w.excluded and not self._peers_probing(w) and self.queue.has_for(w)
+            if w.state == "idle"
+            and not w.excluded
+            and not self._peers_probing(w)
+            and not held_back(w, self.reserved)
+            and self.queue.has_for(w)
         ]:
             del self.workers[worker.id]
             plan.retire.append(worker.id)
@@ -280,17 +300,53 @@ class Scheduler:
         for need, count in deficits(demand, self.workers.values()).items():
             shape, model = need
             while count > 0:
-                node = place(shape, model, self.nodes.values(), self.broken, free)
+                node = place(shape, model, open_to(need, self.nodes.values(), self.reserved), self.broken, free)
                 if node is None:
                     unplaced[need] = count
                     break
                 worker = self._new_worker(node, shape, now)
-                free[node.node_id] = (free[node.node_id][0] - shape.gpus, free[node.node_id][1] - worker.cpus)
-                plan.start.append(
-                    Start(worker.id, node.node_id, shape.gpus, worker.cpus, worker.cores, worker.device_model)
-                )
+                free[node.node_id] = (free[node.node_id][0] - shape.held_gpus, free[node.node_id][1] - worker.cpus)
+                plan.start.append(self._start_of(worker, need))
                 count -= 1
         return unplaced
+
+    def _start_of(self, worker: WorkerView, need: Need) -> Start:
+        """How the pool starts ``worker``: a gang's ranks each hold one share, their collectives time out
+        after the longest ``timeout_s`` of the runs waiting for its need."""
+        shape = worker.shape
+        if shape.ranks is None:
+            return Start(worker.id, worker.node.node_id, shape.gpus, worker.cpus, worker.cores, worker.device_model)
+        longest = max((e.exp.timeout_s for e in self.queue.waiting.get(need, ())), default=None)
+        return Start(
+            worker.id,
+            worker.node.node_id,
+            shape.gpus,
+            shape.rank_cpus_on(worker.node),
+            worker.cores,
+            worker.device_model,
+            ranks=shape.ranks,
+            collective_timeout_s=longest,
+        )
+
+    def _reserve(self, plan: Plan, unplaced: dict[Need, int], now: float) -> bool:
+        """Reserve a node for each gang need that has no gang and has not been placed for
+        ``reserve_after_s`` (``reservation``), and retire the idle workers of other needs on every
+        reserved node; whether any was retired."""
+        waiting = self.queue.demand()
+        wanted = wanting(unplaced, self.reserved, self.workers.values())
+        self._gang_unplaced_since = {n: t for n, t in self._gang_unplaced_since.items() if n in wanted}
+        for need in wanted:
+            if now - self._gang_unplaced_since.setdefault(need, now) < self.reserve_after_s:
+                continue
+            node = choose_node(need, self.nodes.values(), self.workers.values(), self.broken, self.reserved, waiting)
+            if node is not None:
+                self.reserved[node.node_id] = need
+                del self._gang_unplaced_since[need]
+        idle = [w for w in self.workers.values() if w.state == "idle" and held_back(w, self.reserved)]
+        for worker in idle:
+            del self.workers[worker.id]
+            plan.retire.append(worker.id)
+        return bool(idle)
 
     def _retire(self, plan: Plan, unplaced: dict[Need, int], demand: dict[Need, int]) -> bool:
         """Retire idle workers no waiting experiment can use, on nodes where an unplaced need
@@ -334,7 +390,10 @@ class Scheduler:
         worker: WorkerView | None,
         now: float,
         started_at: float | None = None,
+        *,
+        rank: int | None = None,
     ) -> Result:
-        """A final result made here (the worker made none), its run done."""
+        """A final result made here (the worker made none), its run done; ``rank``: the gang's rank whose
+        fault ended it."""
         self.queue.done(entry)
-        return final_result(entry, status, error, worker, now, started_at)
+        return final_result(entry, status, error, worker, now, started_at, failed_rank=rank)

@@ -138,6 +138,7 @@ def run(
                     exclude_slow=exclude_slow,
                     on_calibration=probes.append,
                     compile_cache=shared_cache,
+                    keep_results=False,  # the report is built from the journal
                 )
         except KeyboardInterrupt:
             raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out, probes)) from None
@@ -150,15 +151,16 @@ def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> Ru
     spec = replace(spec, experiments=experiments)
     notes += previous.warnings
     runs = runs_of(experiments)
-    keys = {(run.experiment.id, run.replicate) for run in runs}
+    ordered = _keys(runs)  # each experiment's id worked out once: a hash of its fields
+    keys = set(ordered)
     stale = [key for key in previous.results if key not in keys]
     if stale:
         notes.append(
             f"the journal holds {len(stale)} result(s) of experiments (or replicates) not in this spec "
             "(was the spec changed?); they stay in the journal, not in the report"
         )
-    kept = [previous.results[key] for key in _keys(runs) if key in previous.results]
-    todo = [run for run in runs if (run.experiment.id, run.replicate) not in previous.results]
+    kept = [previous.results[key] for key in ordered if key in previous.results]
+    todo = [run for run, key in zip(runs, ordered, strict=True) if key not in previous.results]
     return RunPlan(spec=spec, cluster=cluster, kept=kept, todo=todo, notes=notes)
 
 

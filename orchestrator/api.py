@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -113,7 +114,10 @@ def run(
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     shared_cache = check_compile_cache(compile_cache, spec.experiments)  # CompileCacheError before Ray starts
     out = check_out(out)  # OutPathError before Ray starts, not after the sweep
-    with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
+    with (
+        Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal,  # refuses before Ray starts
+        settled_heap(),
+    ):
         not_cleared = clear_traces(out) if overwrite else None  # held by this run now: no other writes them
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
         plan = make_plan(spec, cluster, journal.previous)
@@ -226,6 +230,19 @@ def write(
     report = build_report(spec.name, spec.source, results, env, complete=complete)
     write_report(report, out)
     return report
+
+
+@contextlib.contextmanager
+def settled_heap() -> Iterator[None]:
+    """What the process holds now (the spec's experiments, a resumed journal's results) left out of
+    Python's cyclic garbage collection until the block ends (``gc.freeze``). It lives as long as the
+    run, and the collector would otherwise walk all of it again and again as the run allocates: with
+    100,000 experiments and 50,000 resumed results, seconds of the resume and of every minute."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextlib.contextmanager

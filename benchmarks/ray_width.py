@@ -13,10 +13,11 @@ one long-lived worker per GPU, policy, validation, journal), then through the fl
 experiment = (wall - sum of in-task time / W) / N, as ``benchmarks/overhead.py`` measures it; both
 pay their workers' start (each imports torch) in their wall time.
 
-Memory decides the width: each worker is a process that imports torch. The host's available memory
-(``MemAvailable``) is sampled while each sweep runs; the memory a worker costs is read off the lowest
-sample, and a width is tried only if its projected need leaves ``--floor-gb`` free (4 GB: the machine
-is shared). A sweep that drives available memory under that floor anyway is interrupted (its workers
+Memory decides the width: each worker is a process that imports torch. While each sweep runs, the
+host's available memory (``MemAvailable``) and the workers' own memory (the sum of their ``Pss``) are
+sampled; the memory a worker costs is the peak sum over the width, and a wider width is tried only if
+its projected need leaves ``--floor-gb`` available (4 GB: the machine is shared), else the widest
+that does. A sweep that drives available memory under that floor anyway is interrupted (its workers
 killed) and the width recorded as where it stopped. ``--budget-s`` stops the climb after the width
 that passes it.
 """
@@ -57,11 +58,33 @@ def available() -> float:
     raise RuntimeError("no MemAvailable in /proc/meminfo")
 
 
+WORKER_NAMES = (b"ray::WorkerActor", b"ray::Runner")  # compilebench's workers, the floor's actors (process titles)
+
+
+def workers_pss(names: tuple[bytes, ...] = WORKER_NAMES) -> float:
+    """The proportional set size (bytes) of every worker process of either sweep, summed: shared pages
+    counted once in all (``Pss`` of /proc/PID/smaps_rollup)."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if not (proc / "cmdline").read_bytes().startswith(names):
+                continue
+            for line in (proc / "smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += float(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
 class Watch:
-    """Samples available memory every 0.2 s while a sweep runs; interrupts the main thread under ``floor``."""
+    """Samples available memory and the workers' memory every 0.5 s while a sweep runs; interrupts the
+    main thread when available memory falls under ``floor``."""
 
     def __init__(self, floor: float) -> None:
-        self.floor, self.lowest, self.tripped = floor, available(), False
+        self.floor, self.lowest, self.tripped, self.workers = floor, available(), False, 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -74,20 +97,38 @@ class Watch:
         self._thread.join()
 
     def _sample(self) -> None:
-        while not self._stop.wait(0.2):
+        while not self._stop.wait(0.5):
             self.lowest = min(self.lowest, available())
+            self.workers = max(self.workers, workers_pss())
             if self.lowest < self.floor and not self.tripped:
                 self.tripped = True
                 _thread.interrupt_main()  # the runner kills its workers on KeyboardInterrupt
 
 
+def fitting_width(spare: float, per_worker: float, per_node: int, nodes: int) -> int:
+    """The most GPUs, whole nodes of them, whose workers (and the nodes still to add) fit in ``spare`` bytes."""
+    width = 0
+    while True:
+        wider = width + per_node
+        added = max(0, -(-wider // per_node) - nodes)
+        if per_worker * wider + added * NODE_OVERHEAD_GB * GB > spare:
+            return width
+        width = wider
+
+
 def compilebench(n: int, width: int) -> Run:
+    """The sweep through compilebench's runner; returns once its workers' processes are gone (``ray.kill``
+    does not wait), so that the floor's actors never share the memory with them."""
     exps = experiments(n)
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
         with Journal(Path(tmp) / "width.journal.jsonl") as journal:
             results = run_experiments(exps, describe(), journal=journal)
         wall = time.perf_counter() - start
+    for _ in range(120):
+        if not workers_pss((WORKER_NAMES[0],)):
+            break
+        time.sleep(0.5)
     return Run(wall, [r.finished_at - r.started_at for r in results], sum(r.status != "ok" for r in results))
 
 
@@ -114,6 +155,8 @@ def main() -> None:
     stopped = f"the widths asked for ({', '.join(map(str, args.widths))}) all ran"
     per_worker: float | None = None
     nodes = 0
+    ran: list[int] = []
+    reduced = False
     try:
         for width in args.widths:
             needed_nodes = -(-width // args.gpus_per_node)
@@ -121,18 +164,21 @@ def main() -> None:
             if per_worker is not None:
                 need = per_worker * width + (needed_nodes - nodes) * NODE_OVERHEAD_GB * GB
                 if free_now - need < floor_bytes:
+                    fits = fitting_width(free_now - floor_bytes, per_worker, args.gpus_per_node, nodes)
                     stopped = (
-                        f"width {width} stopped before it started: {width} workers at {per_worker / 2**20:.0f} MB each "
-                        f"would leave {(free_now - need) / GB:.1f} GB available, under the {args.floor_gb:g} GB floor"
+                        f"width {width} not tried: {width} workers at {per_worker / 2**20:.0f} MB each would leave "
+                        f"{(free_now - need) / GB:.1f} GB available, under the {args.floor_gb:g} GB floor"
                     )
-                    break
+                    if fits <= (ran[-1] if ran else 0):
+                        break
+                    stopped += f"; {fits} fit"
+                    width, needed_nodes, reduced = fits, -(-fits // args.gpus_per_node), True
             while nodes < needed_nodes:
                 gpus = args.gpus_per_node
                 cluster.add_node(num_cpus=gpus, num_gpus=gpus, object_store_memory=OBJECT_STORE_BYTES)
                 nodes += 1
             cluster.wait_for_nodes()
             n = args.per_gpu * width
-            base = available()
             runs: dict[str, Run] = {}
             with Watch(floor_bytes) as watch:
                 try:
@@ -144,7 +190,7 @@ def main() -> None:
                         f"({watch.lowest / GB:.1f} GB) while its workers started"
                     )
                     break
-            per_worker = max(base - watch.lowest, 0.0) / width
+            per_worker = watch.workers / width  # at the peak of either sweep: its workers, one per GPU
             cb, fl = runs["compilebench"], runs["floor"]
             cb_ms, fl_ms = cb.overhead_ms(width), fl.overhead_ms(width)
             rows.append(
@@ -153,6 +199,9 @@ def main() -> None:
                 + (f" {cb.not_ok + fl.not_ok} not ok |" if cb.not_ok + fl.not_ok else " |")
             )
             print(rows[-1], flush=True)
+            ran.append(width)
+            if reduced:
+                break  # the widest that memory allows has run
             if time.perf_counter() - began > args.budget_s and width != args.widths[-1]:
                 stopped = f"the time budget ({args.budget_s:.0f} s) was spent after width {width}"
                 break

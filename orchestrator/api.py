@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -118,7 +119,10 @@ def run(
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
     shared_cache = check_compile_cache(compile_cache, spec.experiments)  # CompileCacheError before Ray starts
     out = check_out(out)  # OutPathError before Ray starts, not after the sweep
-    with Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal:  # refuses before Ray starts
+    with (
+        Journal(journal_path(out), resume=resume, overwrite=overwrite) as journal,  # refuses before Ray starts
+        settled_heap(),
+    ):
         not_cleared = clear_traces(out) if overwrite else None  # held by this run now: no other writes them
         cluster = connect(address, num_gpus, num_cpus, working_dir=default_working_dir(working_dir, spec, address))
         plan = make_plan(spec, cluster, journal.previous)
@@ -145,6 +149,7 @@ def run(
                     exclude_slow=exclude_slow,
                     on_calibration=probes.append,
                     compile_cache=shared_cache,
+                    keep_results=False,  # the report is built from the journal
                 )
         except KeyboardInterrupt:
             raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out, probes)) from None
@@ -157,15 +162,16 @@ def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> Ru
     spec = replace(spec, experiments=experiments)
     notes += previous.warnings
     runs = runs_of(experiments)
-    keys = {(run.experiment.id, run.replicate) for run in runs}
+    ordered = _keys(runs)  # each experiment's id worked out once: a hash of its fields
+    keys = set(ordered)
     stale = [key for key in previous.results if key not in keys]
     if stale:
         notes.append(
             f"the journal holds {len(stale)} result(s) of experiments (or replicates) not in this spec "
             "(was the spec changed?); they stay in the journal, not in the report"
         )
-    kept = [previous.results[key] for key in _keys(runs) if key in previous.results]
-    todo = [run for run in runs if (run.experiment.id, run.replicate) not in previous.results]
+    kept = [previous.results[key] for key in ordered if key in previous.results]
+    todo = [run for run, key in zip(runs, ordered, strict=True) if key not in previous.results]
     return RunPlan(spec=spec, cluster=cluster, kept=kept, todo=todo, notes=notes)
 
 
@@ -231,6 +237,19 @@ def write(
     report = build_report(spec.name, spec.source, results, env, complete=complete)
     write_report(report, out)
     return report
+
+
+@contextlib.contextmanager
+def settled_heap() -> Iterator[None]:
+    """What the process holds now (the spec's experiments, a resumed journal's results) left out of
+    Python's cyclic garbage collection until the block ends (``gc.freeze``). It lives as long as the
+    run, and the collector would otherwise walk all of it again and again as the run allocates: with
+    100,000 experiments and 50,000 resumed results, seconds of the resume and of every minute."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import gc
 import inspect
 import json
 from dataclasses import dataclass
@@ -62,8 +63,21 @@ class Spec:
 
 
 def load_spec(path: str | Path) -> Spec:
-    """Read, validate and expand a spec file. Raises ``SpecError``; starts nothing."""
-    path = Path(path)
+    """Read, validate and expand a spec file. Raises ``SpecError``; starts nothing.
+
+    Python's cyclic garbage collector is paused meanwhile: expanding builds many small objects and
+    no cycles, and the collector would walk every experiment built so far again and again (a third
+    of the time of 20,000 experiments, more of 100,000)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _load_spec(Path(path))
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _load_spec(path: Path) -> Spec:
     raw = _read(path)
     where = path.name
     if not isinstance(raw, dict):

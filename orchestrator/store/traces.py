@@ -115,26 +115,24 @@ class TraceStore:
 
     def __init__(self, report: Location | None, threads: int = TRACE_THREADS) -> None:
         self.report = report
-        self._queue: deque[Future[Result]] = deque()
+        self._queue: deque[Future[Result] | Result] = deque()  # a result without a trace to store: itself
         self._threads = ThreadPoolExecutor(threads, thread_name_prefix="compilebench-trace")
 
     def add(self, result: Result) -> None:
         if self.report is None or result.trace is None or result.trace.archive is None:
-            done: Future[Result] = Future()
-            done.set_result(result)
-            self._queue.append(done)
+            self._queue.append(result)
             return
         self._queue.append(self._threads.submit(store_trace, result, self.report))
 
     def ready(self) -> Iterator[Result]:
         """The results at the head of the queue that are stored, oldest first; never waits."""
-        while self._queue and self._queue[0].done():
-            yield self._queue.popleft().result()
+        while self._queue and (not isinstance(head := self._queue[0], Future) or head.done()):
+            yield _result(self._queue.popleft())
 
     def finish(self) -> Iterator[Result]:
         """Every result left, oldest first, each waited for in turn."""
         while self._queue:
-            yield self._queue.popleft().result()
+            yield _result(self._queue.popleft())
 
     def close(self) -> None:
         self._queue.clear()
@@ -145,6 +143,10 @@ class TraceStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _result(queued: Future[Result] | Result) -> Result:
+    return queued.result() if isinstance(queued, Future) else queued
 
 
 def clear_traces(report: Location) -> str | None:

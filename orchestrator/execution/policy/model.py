@@ -8,6 +8,7 @@ can a pool that is simulated rather than Ray's). No Ray.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -150,6 +151,11 @@ class Entry:
     attempts: int = 0  # dispatches so far
     lost_nodes: int = 0  # dispatches that ended with the loss of the worker's node
     state: Literal["pending", "running", "done"] = "pending"
+
+    @functools.cached_property
+    def exp_id(self) -> str:
+        """``exp.id``, worked out once (a hash of the experiment's fields)."""
+        return self.exp.id
 
     @property
     def need(self) -> Need:

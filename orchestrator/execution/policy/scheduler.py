@@ -5,13 +5,22 @@ workers are started where placement finds room and retired where another shape n
 
 Placement (``placement``) and the fault rules (``faults``) are pure functions it calls; the queue
 (``queue``) and the data (``model``) sit below them. No Ray.
+
+Its work per event does not grow with the cluster or the sweep: idle workers are found among those
+that became idle (``_idle``), deadlines in a heap, placement's answers (free room, starting workers,
+needs no node has room for, why a need fits no node) kept until a worker is added, removed or ready,
+or the nodes change, and the capacity asked of the autoscaler worked out every ``BUNDLES_EVERY_S``.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.execution.policy.faults import (
     DEFAULT_START_TIMEOUT_S,
@@ -62,6 +71,42 @@ from orchestrator.machines.calibration import slow_reasons
 from orchestrator.machines.nodes import Node
 from tasks.models import FRESH_PROCESS_CACHES, Calibration, ErrorInfo, Experiment, Result, Status
 
+# How often the capacity asked of the autoscaler is worked out again: Ray's autoscaler reads its requests
+# every 5 s (ray.autoscaler._private.constants.AUTOSCALER_UPDATE_INTERVAL_S), and the list holds a bundle
+# per worker wanted, as long as the queue (100,000 of them at the start of a large sweep).
+BUNDLES_EVERY_S = 5.0
+_START, _RUN = 0, 1  # the kinds of deadline in the heap: a worker's start, its running experiment's timeout
+
+
+class _Fleet(dict[int, WorkerView]):
+    """The workers by id, counting every addition and removal (``version``): placement's answers hold
+    until it changes."""
+
+    version = 0
+
+    def __setitem__(self, key: int, value: WorkerView) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: int) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, key: int, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+
+@dataclass
+class _Placement:
+    """Placement's answers for one state of the workers and the nodes (``key``)."""
+
+    key: tuple[int, int, frozenset[tuple[str, Need]]]
+    free: dict[str, tuple[float, float]]  # what our workers leave free on each node
+    starting: list[WorkerView]  # the workers not ready yet
+    no_room: set[Need] = field(default_factory=set)  # needs no node has room for now
+    unfit: dict[Need | None, str | None] = field(default_factory=dict)  # ``why_unfit`` of each need asked
+
 
 class Scheduler:
     """The state of one sweep and the decisions about it. See ``orchestrator.execution.policy``."""
@@ -81,7 +126,7 @@ class Scheduler:
         self.start_timeout_s = start_timeout_s
         self.nodes: dict[str, Node] = {}  # alive, and not lost under one of our workers
         self.lost: dict[str, Node] = {}  # nodes lost under a worker that Ray still listed as alive when last asked
-        self.workers: dict[int, WorkerView] = {}
+        self.workers: dict[int, WorkerView] = _Fleet()
         self._next_worker = 0
         self._unfit_since: dict[Need | None, float] = {}
         self._start_failures: Counter[NodeShape] = Counter()  # consecutive, per node and shape
@@ -91,6 +136,12 @@ class Scheduler:
         self.reserved: Reserved = {}  # node id -> the gang need it is held back for (``reservation``)
         self.reserve_after_s = RESERVE_AFTER_S
         self._gang_unplaced_since: dict[Need, float] = {}
+        self._idle: set[int] = set()  # every idle worker's id (and some that were: their state decides)
+        self._deadlines: list[tuple[float, int, int]] = []  # heap of (deadline, worker id, kind); some stale
+        self._changes = 0  # counts changes of the nodes, the broken pairs and the workers ready
+        self._placement_cache: _Placement | None = None
+        self._bundles: list[dict[str, float]] | None = None
+        self._bundles_due = -math.inf
 
     @property
     def done(self) -> bool:
@@ -102,7 +153,10 @@ class Scheduler:
         """The cluster's alive nodes now. A node that left takes its workers with it: the pool
         reports their deaths, which decide what happens to their experiments. A node lost under
         a worker stays out while Ray still lists it; once Ray has not, it is trusted again."""
+        nodes_before, lost_before = self.nodes, self.lost
         self.nodes, self.lost = trusted_nodes(nodes, self.lost)
+        if self.nodes != nodes_before or self.lost != lost_before:
+            self._changes += 1
         if self.queue.unresolved:
             self.queue.resolve(gpus_seen(self.nodes.values()))
 
@@ -114,6 +168,8 @@ class Scheduler:
             return
         worker.state, worker.hostname, worker.pid, worker.gpu_ids = "idle", hostname, pid, list(gpu_ids)
         worker.start_deadline = None
+        self._idle.add(worker_id)
+        self._changes += 1  # one starting worker fewer
         self._start_failures[(worker.node.node_id, worker.shape)] = 0
         if calibration is not None:
             worker.calibration = self.calibrations[calibration.id] = calibration
@@ -191,11 +247,12 @@ class Scheduler:
         its ``timeout`` result; a worker not started by its start deadline, with None (a failed
         start)."""
         out: list[tuple[int, Result | None]] = []
-        for worker in unstarted(self.workers.values(), now):
+        due = self._due(now)
+        for worker in unstarted(due, now):
             del self.workers[worker.id]
             self._start_failed(worker, start_timeout_error(worker, self.start_timeout_s))
             out.append((worker.id, None))
-        for worker in timed_out(self.workers.values(), now):
+        for worker in timed_out([w for w in due if w.id in self.workers], now):
             entry = worker.entry
             assert entry is not None
             del self.workers[worker.id]
@@ -204,15 +261,32 @@ class Scheduler:
 
     def next_deadline(self) -> float | None:
         """The earliest deadline of a running experiment or a starting worker."""
-        deadlines = [d for w in self.workers.values() for d in (w.deadline, w.start_deadline) if d is not None]
-        return min(deadlines, default=None)
+        heap = self._deadlines
+        while heap and not self._live(*heap[0]):
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _live(self, deadline: float, worker_id: int, kind: int) -> bool:
+        """Whether a deadline in the heap is still its worker's (not passed on by a start or a result)."""
+        worker = self.workers.get(worker_id)
+        return worker is not None and (worker.start_deadline if kind == _START else worker.deadline) == deadline
+
+    def _due(self, now: float) -> list[WorkerView]:
+        """The workers with a deadline at or before ``now``, in the order of ``workers``, taken off the heap."""
+        heap, due = self._deadlines, dict[int, WorkerView]()
+        while heap and heap[0][0] <= now:
+            deadline, worker_id, kind = heapq.heappop(heap)
+            if self._live(deadline, worker_id, kind):
+                due[worker_id] = self.workers[worker_id]
+        return [due[worker_id] for worker_id in sorted(due)]
 
     # -- what to do next -----------------------------------------------------------------
 
     def plan(self, now: float) -> Plan:
         """Dispatch to idle workers; record what can never run; start and retire workers."""
         plan = Plan()
-        self.reserved = kept(self.reserved, self.nodes, self.queue.demand(), self.workers.values(), self.broken)
+        if self.reserved:
+            self.reserved = kept(self.reserved, self.nodes, self.queue.demand(), self.workers.values(), self.broken)
         self._dispatch(plan, now)
         self._unschedulable(plan, now)
         demand = self.queue.demand()
@@ -220,15 +294,20 @@ class Scheduler:
         if unplaced and (self._reserve(plan, unplaced, now) | self._retire(plan, unplaced, demand)):
             unplaced = self._start(plan, demand, now)  # starting workers, new ones included, are subtracted again
         if self.pending_timeout_s > 0:
-            plan.bundles = bundles(self.workers.values(), unplaced, len(self.queue.unresolved))
+            if self._bundles is None or now >= self._bundles_due:
+                self._bundles = bundles(self.workers.values(), unplaced, len(self.queue.unresolved))
+                self._bundles_due = now + BUNDLES_EVERY_S
+            plan.bundles = self._bundles
         return plan
 
     def _dispatch(self, plan: Plan, now: float) -> None:
         """Idle workers take waiting runs: first those whose experiment has not used the worker's device,
         then those it has not run in the worker's process. A worker left idle with only runs it has
         already run one replicate of is retired: a fresh worker takes its place (``_start``)."""
+        if not any(self.queue.waiting.values()):
+            return  # nothing waits: no worker takes a run, and none is retired for one
         for tier in (self._new_device, self._new_process):
-            for worker in self.workers.values():
+            for worker in self._idle_workers():
                 if worker.state != "idle" or worker.excluded or self._peers_probing(worker):
                     continue
                 if held_back(worker, self.reserved):
@@ -238,7 +317,7 @@ class Scheduler:
                     self._run(plan, worker, entry, now)
         for worker in [
             w
-            for w in self.workers.values()
+            for w in self._idle_workers()
             if w.state == "idle"
             and not w.excluded
             and not self._peers_probing(w)
@@ -248,6 +327,17 @@ class Scheduler:
             del self.workers[worker.id]
             plan.retire.append(worker.id)
 
+    def _idle_workers(self) -> list[WorkerView]:
+        """The idle workers, in the order of ``workers`` (the order they were started)."""
+        idle = []
+        for worker_id in sorted(self._idle):
+            worker = self.workers.get(worker_id)
+            if worker is None or worker.state != "idle":
+                self._idle.discard(worker_id)
+            else:
+                idle.append(worker)
+        return idle
+
     def _peers_probing(self, worker: WorkerView) -> bool:
         """With ``exclude_slow``: whether workers of the same device model are still starting (their
         probes not in yet): the worker's device is judged against theirs before it runs anything."""
@@ -256,10 +346,10 @@ class Scheduler:
         return any(w.state == "starting" and w.device_model == worker.device_model for w in self.workers.values())
 
     def _new_device(self, entry: Entry, worker: WorkerView) -> bool:
-        return worker.device_key not in self.measured_on.get(entry.exp.id, ())
+        return worker.device_key not in self.measured_on.get(entry.exp_id, ())
 
     def _new_process(self, entry: Entry, worker: WorkerView) -> bool:
-        return entry.exp.compile.cache in FRESH_PROCESS_CACHES or worker.id not in self.ran_in.get(entry.exp.id, ())
+        return entry.exp.compile.cache in FRESH_PROCESS_CACHES or worker.id not in self.ran_in.get(entry.exp_id, ())
 
     def _run(self, plan: Plan, worker: WorkerView, entry: Entry, now: float) -> None:
         exp = entry.exp
@@ -267,11 +357,12 @@ class Scheduler:
         entry.state, entry.attempts = "running", entry.attempts + 1
         worker.state, worker.entry, worker.started_at = "busy", entry, now
         worker.deadline = now + exp.timeout_s
+        heapq.heappush(self._deadlines, (worker.deadline, worker.id, _RUN))
         worker.experiments_before = 0 if cold else worker.experiments
         worker.experiments += not cold
-        self.measured_on.setdefault(exp.id, set()).add(worker.device_key)
+        self.measured_on.setdefault(entry.exp_id, set()).add(worker.device_key)
         if not cold:
-            self.ran_in.setdefault(exp.id, set()).add(worker.id)
+            self.ran_in.setdefault(entry.exp_id, set()).add(worker.id)
         plan.dispatch.append(Dispatch(worker.id, exp, entry.replicate))
 
     def _unschedulable(self, plan: Plan, now: float) -> None:
@@ -280,7 +371,10 @@ class Scheduler:
         if self.queue.unresolved:
             needs.append(None)
         for need in needs:
-            why = why_unfit(need, self.nodes, self.lost.values(), self.broken)
+            unfit = self._placement().unfit
+            if need not in unfit:
+                unfit[need] = why_unfit(need, self.nodes, self.lost.values(), self.broken)
+            why = unfit[need]
             if why is None:
                 self._unfit_since.pop(need, None)
                 continue
@@ -296,12 +390,16 @@ class Scheduler:
         """Start workers for the waiting experiments that starting workers will not take, where
         they fit; what could not be placed is returned."""
         unplaced: dict[Need, int] = {}
-        free = free_capacity(self.nodes.values(), self.workers.values())
-        for need, count in deficits(demand, self.workers.values()).items():
+        known = self._placement()
+        free = dict(known.free)
+        for need, count in deficits(demand, known.starting).items():
             shape, model = need
             while count > 0:
-                node = place(shape, model, open_to(need, self.nodes.values(), self.reserved), self.broken, free)
+                node = None
+                if need not in known.no_room:
+                    node = place(shape, model, open_to(need, self.nodes.values(), self.reserved), self.broken, free)
                 if node is None:
+                    known.no_room.add(need)  # holds while nothing changes (less room, after a start here)
                     unplaced[need] = count
                     break
                 worker = self._new_worker(node, shape, now)
@@ -332,6 +430,9 @@ class Scheduler:
         """Reserve a node for each gang need that has no gang and has not been placed for
         ``reserve_after_s`` (``reservation``), and retire the idle workers of other needs on every
         reserved node; whether any was retired."""
+        if not self.reserved and not any(need[0].ranks is not None for need in unplaced):
+            self._gang_unplaced_since.clear()
+            return False  # no gang waits and no node is held back: nothing to reserve or retire
         waiting = self.queue.demand()
         wanted = wanting(unplaced, self.reserved, self.workers.values())
         self._gang_unplaced_since = {n: t for n, t in self._gang_unplaced_since.items() if n in wanted}
@@ -342,7 +443,7 @@ class Scheduler:
             if node is not None:
                 self.reserved[node.node_id] = need
                 del self._gang_unplaced_since[need]
-        idle = [w for w in self.workers.values() if w.state == "idle" and held_back(w, self.reserved)]
+        idle = [w for w in self._idle_workers() if held_back(w, self.reserved)] if self.reserved else []
         for worker in idle:
             del self.workers[worker.id]
             plan.retire.append(worker.id)
@@ -351,7 +452,8 @@ class Scheduler:
     def _retire(self, plan: Plan, unplaced: dict[Need, int], demand: dict[Need, int]) -> bool:
         """Retire idle workers no waiting experiment can use, on nodes where an unplaced need
         would fit; whether any was retired."""
-        retired = making_way(self.workers.values(), self.nodes.values(), unplaced, demand)
+        idle = self._idle_workers()
+        retired = making_way(idle, self.nodes.values(), unplaced, demand) if idle else []
         for worker in retired:
             del self.workers[worker.id]
             plan.retire.append(worker.id)
@@ -359,15 +461,31 @@ class Scheduler:
 
     # -- helpers -------------------------------------------------------------------------
 
+    def _placement(self) -> _Placement:
+        """Placement's answers for the workers and nodes as they are now: worked out again once either changed."""
+        key = (
+            self.workers.version if isinstance(self.workers, _Fleet) else -1,
+            self._changes,
+            frozenset(self.reserved.items()),  # a reservation opens and closes nodes to needs
+        )
+        known = self._placement_cache
+        if known is None or known.key != key or key[0] < 0:
+            starting = [w for w in self.workers.values() if w.state == "starting"]
+            known = _Placement(key, free_capacity(self.nodes.values(), self.workers.values()), starting)
+            self._placement_cache = known
+        return known
+
     def _new_worker(self, node: Node, shape: Shape, now: float) -> WorkerView:
         worker = WorkerView(self._next_worker, node, shape, cpus=shape.cpus_on(node), cores=shape.cores_on(node))
         worker.start_deadline = now + self.start_timeout_s
+        heapq.heappush(self._deadlines, (worker.start_deadline, worker.id, _START))
         self.workers[worker.id] = worker
         self._next_worker += 1
         return worker
 
     def _free(self, worker: WorkerView) -> None:
         worker.state, worker.entry, worker.deadline, worker.started_at = "idle", None, None, None
+        self._idle.add(worker.id)
 
     def _start_failed(self, worker: WorkerView, error: ErrorInfo) -> None:
         key = (worker.node.node_id, worker.shape)
@@ -375,12 +493,14 @@ class Scheduler:
         why = broken_after(error, self._start_failures[key])
         if why is not None and key[0] in self.nodes:
             self.broken[key] = why
+            self._changes += 1
 
     def _lose(self, node_id: str) -> None:
         """A node was lost under one of our workers: no new worker there until Ray stops listing it."""
         node = self.nodes.pop(node_id, None)
         if node is not None:
             self.lost[node_id] = node
+            self._changes += 1
 
     def _final(
         self,

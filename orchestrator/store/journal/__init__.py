@@ -7,10 +7,12 @@ earlier one refuses to start unless told to ``resume`` (keep them) or ``overwrit
 over, an explicit deletion). It has two layouts, with the same contents and the same rules:
 
 - **A local file** (``out/r.json`` → ``out/r.journal.jsonl``): one JSON line per result,
-  appended and synced. One driver at a time writes it: an exclusive lock (``flock``, released
-  by the kernel when the process dies, even by SIGKILL) keeps a second run on the same
-  ``--out`` from interleaving lines. A line that does not parse (the tail of a driver killed
-  mid-write) is skipped with a warning naming its line number.
+  appended and synced (``Journal.append``), or appended as each arrives and synced once per group
+  (``Journal.write``, ``Journal.sync``: the run's group commit, ``orchestrator.execution.runner``).
+  One driver at a time writes it: an exclusive lock (``flock``, released by the kernel when the
+  process dies, even by SIGKILL) keeps a second run on the same ``--out`` from interleaving lines.
+  A line that does not parse (the tail of a driver killed mid-write) is skipped with a warning
+  naming its line number.
 - **Objects in a store** (``s3://b/run/r.json`` → the prefix ``s3://b/run/r.journal/``):
   stores have no append, so each result is an object of its own, named
   ``<sequence>-<experiment id>-r<replicate>.json``. The sequence counts results in the order

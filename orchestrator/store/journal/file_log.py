@@ -1,5 +1,7 @@
 """The local journal: one file of JSON lines beside the report (``out/r.json`` → ``out/r.journal.jsonl``),
-appended to and synced line by line, and written by one driver at a time.
+appended to line by line (each line reaches the OS as it is written, so the process's death loses
+none), synced when the run commits (``sync``: once per group of lines), and written by one driver at
+a time.
 
 The lock is ``flock``, exclusive and non-blocking: the kernel releases it when the process dies, even
 by SIGKILL, so a second run on the same ``--out`` is refused rather than interleaving lines, and a
@@ -59,8 +61,16 @@ class FileLog:
         return contents
 
     def append(self, result: Result) -> None:
+        self.write(result)
+        self.sync()
+
+    def write(self, result: Result) -> None:
+        """Append ``result``'s line and hand it to the OS (it outlives this process; not the host)."""
         self._file.write(result.model_dump_json().encode() + b"\n")
         self._file.flush()
+
+    def sync(self) -> None:
+        """Make every line written so far durable (``fsync``)."""
         os.fsync(self._file.fileno())
 
     def close(self) -> None:

@@ -13,7 +13,10 @@ only ``contents`` of the package.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,8 +90,27 @@ def read_journal(path: Location) -> JournalContents:
         raise StorageError(problem(e, where)) from None
 
 
+@contextlib.contextmanager
+def without_cycle_collection() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while the block builds results. Reading builds many
+    small objects and no cycles, and the collector would walk every object built so far again and
+    again: two thirds of the time of reading 20,000 results."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse_lines(data: bytes, name: str) -> JournalContents:
     """The results of a local journal's bytes, one JSON line each."""
+    with without_cycle_collection():
+        return _parse_lines(data, name)
+
+
+def _parse_lines(data: bytes, name: str) -> JournalContents:
     contents, repeats = JournalContents(), 0
     lines = data.split(b"\n")
     for number, line in enumerate(lines, start=1):

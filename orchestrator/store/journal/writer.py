@@ -1,6 +1,7 @@
 """The journal of one run, open for writing: ``Journal`` picks the log for its location (a local file,
 ``file_log``; a prefix in a store, ``object_log``), opens it by the run's choice (``resume``,
-``overwrite``, or neither on an empty journal) and appends each result durably.
+``overwrite``, or neither on an empty journal) and appends each result durably: one at a time
+(``append``), or written as they arrive and synced once per group (``write``, ``sync``).
 
 The top of the package: it imports both logs and nothing imports it but the package itself.
 """
@@ -40,6 +41,16 @@ class Journal:
     def append(self, result: Result) -> None:
         """Record ``result`` durably (synced, or stored) before returning."""
         self._log.append(result)
+
+    def write(self, result: Result) -> None:
+        """Record ``result`` so that this process's death does not lose it (a local line handed to the
+        OS, an object stored); durable across a host's crash once ``sync`` returns. A run commits
+        in groups: ``write`` each result as it arrives, ``sync`` once for the group."""
+        self._log.write(result)
+
+    def sync(self) -> None:
+        """Make every result written so far durable (a local journal's ``fsync``; a store's are)."""
+        self._log.sync()
 
     def close(self) -> None:
         self._log.close()

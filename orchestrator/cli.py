@@ -215,20 +215,36 @@ def run(
 
 
 @app.command()
-def validate(spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")]) -> None:
-    """Check SPEC and list the experiments it expands to; runs nothing."""
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="List every experiment, however many (past 40: a row per configuration).")
+    ] = False,
+    format: Annotated[
+        Literal["table", "json"], typer.Option("--format", "-f", help="table, or json: every experiment's row.")
+    ] = "table",
+) -> None:
+    """Check SPEC and list the experiments it expands to (past a screenful, a row per target and configuration);
+    runs nothing."""
+    from orchestrator.plan.listing import COLUMNS, SCREENFUL, SUMMARY_COLUMNS, experiment_row, rows_json, summary_rows
+
     loaded = _load(spec)
-    table = Table(title=f"{loaded.name}: {len(loaded.experiments)} experiments")
-    for column in ("id", "target", "params", "device", "config"):
-        table.add_column(column)
-    for exp in loaded.experiments:
-        params = " ".join(f"{k}={v}" for k, v in exp.params.items())
-        model = {None: "", "all": " on every GPU model"}.get(exp.gpu_model, f" on {exp.gpu_model}")
-        table.add_row(exp.id, exp.target, params, exp.device + model, exp.compile.label())
+    if format == "json":
+        sys.stdout.write(rows_json(loaded.experiments))
+        return
+    n = len(loaded.experiments)
+    whole = all_rows or n <= SCREENFUL
+    table = Table(title=f"{loaded.name}: {n} experiments" + ("" if whole else ", by target and configuration"))
+    for column in COLUMNS if whole else SUMMARY_COLUMNS:
+        table.add_column(column, justify="right" if column == "experiments" else "left")
+    for row in [experiment_row(e) for e in loaded.experiments] if whole else summary_rows(loaded.experiments):
+        table.add_row(*row)
     out_console.print(table)
+    if not whole:
+        out_console.print("every experiment: --all (a table row each) or --format json", highlight=False)
     every = sum(e.gpu_model == "all" for e in loaded.experiments)
     later = f" ({every} run once on each GPU model of the cluster, counted once here)" if every else ""
-    out_console.print(f"{spec}: valid, {len(loaded.experiments)} experiments{later}")
+    out_console.print(f"{spec}: valid, {n} experiments{later}")
 
 
 @app.command()

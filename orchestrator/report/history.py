@@ -36,9 +36,9 @@ from orchestrator.report.models import Report, group_label
 from orchestrator.report.points import (
     HISTORY_SUFFIX,
     METRICS,
+    Measured,
     Metric,
     ReportPoints,
-    SeriesPoint,
     metric_value,
     report_points,
 )
@@ -205,10 +205,8 @@ def points_of(path: Location) -> tuple[str, ReportPoints]:
     kept = _history_file(path)
     if kept is not None:
         return str(path), kept
-    report = read(path)
     name = path.name if isinstance(path, Path) else path.rsplit("/", 1)[-1]
-    points = ReportPoints(report=name, report_bytes=0, created_at=report.created_at, points=report_points(report))
-    return str(path), points
+    return str(path), report_points(read(path), name)
 
 
 def _history_file(path: Location) -> ReportPoints | None:
@@ -243,29 +241,28 @@ def build_history(reports: Sequence[tuple[str, Report]], min_change: Mapping[Met
     experiment, and any experiment differing only in what the series leaves out, such as the seed;
     ``points.report_points``). A report with no valid value has no point in that series: a gap, never a zero.
     """
-    points = [
-        (where, ReportPoints(report=where, report_bytes=0, created_at=r.created_at, points=report_points(r)))
-        for where, r in reports
-    ]
-    return series_of(points, min_change)
+    return series_of([(where, report_points(r, where)) for where, r in reports], min_change)
 
 
 def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[Metric, float] | None = None) -> History:
     """``build_history`` from the reports' points (``load_points``), given oldest first."""
     values: dict[_Key, list[tuple[int, float]]] = {}
-    firsts: dict[_Key, SeriesPoint] = {}
+    firsts: dict[_Key, Measured] = {}
     for i, (_, kept) in enumerate(reports):
-        for point in kept.points:
-            key = point.key
-            values.setdefault(key, []).append((i, point.value))
-            firsts.setdefault(key, point)
+        things = [thing.key() for thing in kept.things]
+        for thing, metric, value in zip(kept.thing, kept.metric, kept.value, strict=True):
+            key = (*things[thing], metric)
+            values.setdefault(key, []).append((i, value))
+            if key not in firsts:
+                firsts[key] = kept.things[thing]
     smallest = {**MIN_CHANGE, **(min_change or {})}
     order = {m: n for n, m in enumerate(METRICS)}
     series = []
     for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
         first = firsts[key]
-        points = [
-            Point(report=reports[i][0], created_at=reports[i][1].created_at, value=value) for i, value in values[key]
+        points = [  # built by this module from validated files: not validated again
+            Point.model_construct(report=reports[i][0], created_at=reports[i][1].created_at, value=value)
+            for i, value in values[key]
         ]
         values_ = [p.value for p in points]
         series.append(

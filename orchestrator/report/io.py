@@ -20,7 +20,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
-from orchestrator.report.points import ReportPoints, history_name, report_points
+from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.store.storage import Location, StorageError, join, location, name_of, parent, read_bytes, write_bytes
@@ -68,9 +68,7 @@ def write_report(report: Report, path: str | Path) -> None:
     write_atomic_bytes(path, data)
     where = location(path)
     name = where.name if isinstance(where, Path) else name_of(where)
-    points = ReportPoints(
-        report=name, report_bytes=len(data), created_at=report.created_at, points=report_points(report)
-    )
+    points = report_points(report, name, len(data))
     write_atomic_bytes(history_path(path), bytes(points.model_dump_json() + "\n", "utf-8"))
 
 

@@ -4,8 +4,8 @@ the report's valid results of it; kept in a small file beside each report (its h
 History over a year of nightlies reads one history file per report (a few hundred KB) instead of the
 report itself (megabytes of raw samples, every result validated): ``write_report`` writes it with the
 report, and records the report's size in it so that a report replaced without it is read whole again.
-A history file is plain JSON (``ReportPoints``), one object per point, so that other tools read it too
-(``duckdb``: ``SELECT * FROM read_json('nightly/*.history.json')``, unnesting ``points``).
+A history file is plain JSON (``ReportPoints``), its points in columns, so that other tools read it too
+(``duckdb``: ``SELECT report, created_at, unnest(metric), unnest(value) FROM read_json('nightly/*.history.json')``).
 """
 
 from __future__ import annotations
@@ -34,30 +34,30 @@ POINTS_VERSION: Final = 1
 HISTORY_SUFFIX: Final = ".history.json"  # beside REPORT.json or REPORT.json.gz: REPORT.history.json
 
 
-class SeriesPoint(BaseModel):
-    """One report's value of one series: the median of its valid results' values (its replicates, seeds)."""
+class Measured(BaseModel):
+    """A measured thing: what a series follows, less the metric."""
 
     model_config = ConfigDict(extra="forbid")
 
     target: str
-    params: dict[str, Any]  # as the report's first result of the series names them
+    params: dict[str, Any]  # as the report's first result of it names them
     config: str
     device_model: str
     phase: Phase
     precision: Precision
-    metric: Metric
-    value: float
 
-    @property
-    def key(self) -> tuple[str, str, str, str, Phase, Precision, Metric]:
-        """What a series is: target, params (JSON, keys sorted), configuration, device model, phase,
-        precision, metric."""
+    def key(self) -> tuple[str, str, str, str, Phase, Precision]:
+        """Target, params (JSON, keys sorted), configuration, device model, phase, precision."""
         params = json.dumps(self.params, sort_keys=True, default=str)
-        return (self.target, params, self.config, self.device_model, self.phase, self.precision, self.metric)
+        return (self.target, params, self.config, self.device_model, self.phase, self.precision)
 
 
 class ReportPoints(BaseModel):
-    """A report's history file: what history needs of the report, and how to tell it belongs to it."""
+    """A report's history file: its points, and how to tell it belongs to the report beside it.
+
+    The points are three columns of equal length: ``thing`` (an index into ``things``), ``metric`` and
+    ``value``, the median of the report's valid values of that thing and metric.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
@@ -65,7 +65,10 @@ class ReportPoints(BaseModel):
     report: str  # the report's file name
     report_bytes: int  # its size as written: a report of another size was replaced, and is read whole
     created_at: str
-    points: list[SeriesPoint]
+    things: list[Measured]
+    thing: list[int]
+    metric: list[Metric]
+    value: list[float]
 
 
 def metric_value(r: Result, metric: Metric) -> float | None:
@@ -92,34 +95,44 @@ def metric_value(r: Result, metric: Metric) -> float | None:
     return side.median_ms if side else None
 
 
-def report_points(report: Report) -> list[SeriesPoint]:
+def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     """The report's point in each series it has a valid value for, in the order its results first name
-    them: the median of the values (finite, above zero) of the results of that series."""
+    them: the median of the values (finite, above zero) of the results of that series. ``name`` and ``size``:
+    the report's file and its size in bytes."""
     values: dict[tuple[Any, ...], list[float]] = {}
-    firsts: dict[tuple[Any, ...], Result] = {}
+    things: dict[tuple[Any, ...], int] = {}
+    measured: list[Measured] = []
     for r in report.results:
         params = json.dumps(r.params, sort_keys=True, default=str)
         model = device_model(r) or UNKNOWN_DEVICE
+        thing = (r.target, params, r.config_label, model, r.phase, r.precision)
         for metric in METRICS:
             value = metric_value(r, metric)
             if value is None or not math.isfinite(value) or value <= 0:
                 continue
-            key = (r.target, params, r.config_label, model, r.phase, r.precision, metric)
-            values.setdefault(key, []).append(value)
-            firsts.setdefault(key, r)
-    return [
-        SeriesPoint(
-            target=first.target,
-            params=first.params,
-            config=key[2],
-            device_model=key[3],
-            phase=first.phase,
-            precision=first.precision,
-            metric=key[6],
-            value=statistics.median(values[key]),
-        )
-        for key, first in firsts.items()
-    ]
+            if thing not in things:
+                things[thing] = len(measured)
+                measured.append(
+                    Measured(
+                        target=r.target,
+                        params=r.params,
+                        config=r.config_label,
+                        device_model=model,
+                        phase=r.phase,
+                        precision=r.precision,
+                    )
+                )
+            values.setdefault((thing, metric), []).append(value)
+    keys = list(values)
+    return ReportPoints(
+        report=name,
+        report_bytes=size,
+        created_at=report.created_at,
+        things=measured,
+        thing=[things[thing] for thing, _ in keys],
+        metric=[metric for _, metric in keys],
+        value=[statistics.median(values[key]) for key in keys],
+    )
 
 
 def history_name(report_name: str) -> str:

@@ -262,12 +262,18 @@ def tasks() -> None:
 
 
 def _read_report(path: str) -> Report:
+    """The report at ``path``, its objects then frozen out of the cycle collector's scans (``gc.freeze``): a
+    command reads reports once and keeps them to its end, and a big one is millions of objects."""
+    import gc
+
     from orchestrator.report import ReportError, read
 
     try:
-        return read(path)
+        report = read(path)
     except ReportError as e:
         raise _fail(str(e), 2) from None
+    gc.freeze()
+    return report
 
 
 def _write_html(report: Report, path: str) -> None:

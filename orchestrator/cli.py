@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -282,13 +283,15 @@ def _write_html(report: Report, path: str) -> None:
     _write_page(render_html(report), path)
 
 
-def _write_page(text: str, path: str) -> None:
-    """Write an HTML page to a path or URL; a place that cannot take it is exit 2, one line."""
-    from orchestrator.report import write_atomic
+def _write_page(text: str | Iterable[str], path: str) -> None:
+    """Write a page (or text in pieces, each written as it comes) to a path or URL; a place that cannot take it
+    is exit 2, one line."""
+    from orchestrator.report.io import write_atomic_bytes
     from orchestrator.store.storage import StorageError
 
+    pieces = [text] if isinstance(text, str) else text
     try:
-        write_atomic(path, text)
+        write_atomic_bytes(path, (bytes(piece, "utf-8") for piece in pieces))
     except StorageError as e:
         raise _fail(f"cannot write {e}", 2) from None
     except OSError as e:
@@ -446,17 +449,18 @@ def export(
     """Write a report in another tool's format: one record per result and metric for PyTorch's benchmark
     database, or one CSV row per result in the dynamo harness's columns. Needs no Ray. Exit 2 for an
     unknown format, unreadable input or an --out that cannot be written."""
-    from orchestrator.report.export import ExportError, check_format, export_text
+    from orchestrator.report.export import ExportError, check_format, export_chunks
 
     try:
         check_format(format)
-        text = export_text(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
+        chunks = export_chunks(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
     except ExportError as e:
         raise _fail(str(e), 2) from None
     if out is None:
-        sys.stdout.write(text)
+        for chunk in chunks:
+            sys.stdout.write(chunk)
         return
-    _write_page(text, out)
+    _write_page(chunks, out)
     err_console.print(f"{format}: {out}", highlight=False)
 
 

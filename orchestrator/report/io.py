@@ -14,7 +14,7 @@ import gc
 import gzip
 import json
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,11 +51,12 @@ def write_atomic(path: str | Path, text: str) -> None:
     write_atomic_bytes(path, bytes(text, "utf-8"))
 
 
-def write_atomic_bytes(path: str | Path, data: bytes) -> None:
-    """``write_atomic`` of bytes as they are."""
+def write_atomic_bytes(path: str | Path, data: bytes | Iterable[bytes]) -> None:
+    """``write_atomic`` of bytes as they are, or of pieces of bytes in turn (a local file is written piece by
+    piece; an object in a store, in one PUT, takes them joined)."""
     where = location(path)
     if isinstance(where, str):
-        write_bytes(where, data)
+        write_bytes(where, data if isinstance(data, bytes) else b"".join(data))
     else:
         write_file_atomic(where, data)
 

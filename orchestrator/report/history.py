@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from orchestrator.report.cells import Rows, markdown_table, ms, rich_table, seconds, times
+from orchestrator.report.cells import Rows, clipped, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
 from orchestrator.report.io import ReportError, history_path, read
 from orchestrator.report.models import Report, group_label
@@ -405,8 +405,9 @@ def quiet_notes(quiet: Sequence[Series]) -> list[str]:
 
 def print_history(console: Console, history: History, reports: int) -> None:
     """The series that changed as a table, then those that did not with what each could have shown, then the
-    counts."""
-    for view in (rows(history), quiet_rows(history)):
+    counts; each table past a screenful its first rows and a note (every row: ``--format markdown`` or ``json``)."""
+    for whole in (rows(history), quiet_rows(history)):
+        view = clipped(whole, rest="every row with --format markdown or json")
         if view.rows:
             console.print(rich_table(view))
         for note in view.notes:

@@ -11,14 +11,13 @@ import csv
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import replace
-from typing import Any, Final
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.report.cells import Rows, markdown_table, rich_table
+from orchestrator.report.cells import SCREENFUL, clipped, markdown_table, rich_table
 from orchestrator.report.models import Report, Summary
 from orchestrator.report.summary import device_model
 from orchestrator.report.views import (
@@ -35,8 +34,6 @@ from tasks.text import first_line
 from tasks.throughput import achieved
 
 # ------------------------------------------------------------------------------------- terminal
-
-SCREENFUL: Final = 40  # rows of one table on a terminal; past it the table shows its first rows and says the rest
 
 
 def results_table(
@@ -68,19 +65,11 @@ def print_report(console: Console, report: Report, results: bool = True) -> None
             soft_wrap=True,
         )
     for view in views(report):
-        view = clipped(view) if many else view
+        view = clipped(view, rest="every row with --format markdown, every result with --format csv") if many else view
         console.print(rich_table(view))
         for note in view.notes:
             console.print(Text(f"  {note}"), soft_wrap=True)
     console.print(Text(headline(report)[-1]))
-
-
-def clipped(rows: Rows, limit: int = SCREENFUL) -> Rows:
-    """``rows`` cut to its first ``limit`` rows, a note saying how many more there are and where they are."""
-    if len(rows.rows) <= limit:
-        return rows
-    more = f"first {limit} of {len(rows.rows):,} rows; every row with --format markdown, every result with --format csv"
-    return replace(rows, rows=rows.rows[:limit], notes=[more, *rows.notes])
 
 
 # ------------------------------------------------------------------------------------- markdown

@@ -24,6 +24,7 @@ interpreter and inherit the environment). Nothing here touches Ray or a GPU.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -114,6 +115,7 @@ def copies(base: list[dict[str, Any]], n: int, seed: int, offset: int = 0) -> li
 
 
 def build(path: Path, base: list[dict[str, Any]], n: int, seed: int, created: datetime) -> None:
+    gc.disable()  # hundreds of thousands of objects made at once, none of them garbage until the report is written
     results = copies(base, n, seed)
     report = Report(
         created_at=created.isoformat(timespec="seconds"),
@@ -124,6 +126,8 @@ def build(path: Path, base: list[dict[str, Any]], n: int, seed: int, created: da
         summary=summarize(results),
     )
     write_report(report, path)
+    del report, results
+    gc.enable()
 
 
 def spec_of(n: int) -> dict[str, Any]:
@@ -145,16 +149,18 @@ def spec_of(n: int) -> dict[str, Any]:
     }
 
 
-def timed(args: list[str]) -> tuple[float, float, int, int]:
+def timed(args: list[str], cwd: Path) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds (user + system), peak RSS in bytes and exit status of one command run to its
     end, output discarded: measured by ``/usr/bin/time``, whose own child is the command (a child of this
-    process would inherit its peak RSS, reports and all, through ``fork``)."""
+    process would inherit its peak RSS, reports and all, through ``fork``). Run in ``cwd``, away from any
+    checkout: ``python -c`` imports from its working directory first."""
     with tempfile.NamedTemporaryFile("r") as figures:
         proc = subprocess.run(
             ["/usr/bin/time", "-o", figures.name, "-f", "%e %U %S %M %x", *CLI, *args],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             check=False,
+            cwd=cwd,
         )
         wall, user, system, kib, code = figures.read().split()[-5:]
     if int(code) not in (0, 1):
@@ -185,7 +191,7 @@ def main() -> None:
     def run(name: str, label: str, size: str, argv: list[str]) -> None:
         if only and name not in only:
             return
-        table.append(row(label, size, *timed(argv)))
+        table.append(row(label, size, *timed(argv, work)))
         print(table[-1], flush=True)
 
     try:

@@ -128,8 +128,10 @@ def pareto_figure(report: Report) -> go.Figure:
             xs_all += xs
             hover = [_pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs]
             if pooled:
-                pool = pools.setdefault(kind, ([], [], []))
-                pool[0].extend(xs), pool[1].extend(ys), pool[2].extend(hover)
+                pool_xs, pool_ys, pool_hover = pools.setdefault(kind, ([], [], []))
+                pool_xs.extend(xs)
+                pool_ys.extend(ys)
+                pool_hover.extend(hover)
                 continue
             fig.add_trace(
                 go.Scatter(

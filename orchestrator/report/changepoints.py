@@ -11,6 +11,7 @@ detector. Imports nothing of ``orchestrator``.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Sequence
@@ -206,24 +207,31 @@ def detectable(
     value being two-sided at ``alpha`` divided by the n - 2m + 1 places searched (``search_p``). Returned
     as exp(delta) - 1, never below ``min_change`` (which is all that bounds it when the values have no noise).
     """
-    from scipy.optimize import brentq
-    from scipy.stats import nct
-    from scipy.stats import t as student
-
     y = _positive(values)
     n = len(y)
     if n < 2 * min_segment:
         return None
     sigma = noise_sigma(clean(np.log(y)))
+    delta = _noncentrality(n, alpha, min_segment, power) * sigma * math.sqrt(1 / (n - min_segment) + 1 / min_segment)
+    return max(math.expm1(delta), min_change)
+
+
+@functools.cache
+def _noncentrality(n: int, alpha: float, min_segment: int, power: float) -> float:
+    """The noncentrality at which the t-test of ``detectable`` is passed with probability ``power``: it depends
+    on the series' length alone, so that the thousands of series of a history, of a few lengths, solve for it
+    a few times, not once each."""
+    from scipy.optimize import brentq
+    from scipy.stats import nct
+    from scipy.stats import t as student
+
     df = n - 2
     critical = float(student.ppf(1 - alpha / (n - 2 * min_segment + 1) / 2, df))
 
     def shortfall(shift: float) -> float:  # the power at this noncentrality less ``power`` (the far tail is nil)
         return float(nct.sf(critical, df, shift)) - power
 
-    shift = brentq(shortfall, 0.0, 3 * critical + 10)  # the power there is over 0.97 for 4 or more df
-    delta = shift * sigma * math.sqrt(1 / (n - min_segment) + 1 / min_segment)
-    return max(math.expm1(delta), min_change)
+    return float(brentq(shortfall, 0.0, 3 * critical + 10))  # the power there is over 0.97 for 4 or more df
 
 
 def relative_noise(values: Sequence[float]) -> float | None:

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.text import Text
 
@@ -116,6 +116,9 @@ class Series(BaseModel):
 
 class History(BaseModel):
     series: list[Series]
+
+
+_POINTS: Final = TypeAdapter(list[Point])
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -260,10 +263,9 @@ def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[M
     series = []
     for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
         first = firsts[key]
-        points = [  # built by this module from validated files: not validated again
-            Point.model_construct(report=reports[i][0], created_at=reports[i][1].created_at, value=value)
-            for i, value in values[key]
-        ]
+        points = _POINTS.validate_python(  # a series' points at once: quicker than a model each
+            [{"report": reports[i][0], "created_at": reports[i][1].created_at, "value": v} for i, v in values[key]]
+        )
         values_ = [p.value for p in points]
         series.append(
             Series(

@@ -36,7 +36,6 @@ from orchestrator.report.models import Report, group_label
 from orchestrator.report.points import (
     HISTORY_SUFFIX,
     METRICS,
-    Measured,
     Metric,
     ReportPoints,
     metric_value,
@@ -250,31 +249,30 @@ def build_history(reports: Sequence[tuple[str, Report]], min_change: Mapping[Met
 def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[Metric, float] | None = None) -> History:
     """``build_history`` from the reports' points (``load_points``), given oldest first."""
     values: dict[_Key, list[tuple[int, float]]] = {}
-    firsts: dict[_Key, Measured] = {}
+    firsts: dict[_Key, dict[str, Any]] = {}  # the params of the first point of each series, as its report names them
     for i, (_, kept) in enumerate(reports):
-        things = [thing.key() for thing in kept.things]
+        things = kept.things.keys()
         for thing, metric, value in zip(kept.thing, kept.metric, kept.value, strict=True):
             key = (*things[thing], metric)
             values.setdefault(key, []).append((i, value))
             if key not in firsts:
-                firsts[key] = kept.things[thing]
+                firsts[key] = kept.things.params[thing]
     smallest = {**MIN_CHANGE, **(min_change or {})}
     order = {m: n for n, m in enumerate(METRICS)}
     series = []
     for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
-        first = firsts[key]
         points = _POINTS.validate_python(  # a series' points at once: quicker than a model each
             [{"report": reports[i][0], "created_at": reports[i][1].created_at, "value": v} for i, v in values[key]]
         )
         values_ = [p.value for p in points]
         series.append(
             Series(
-                target=first.target,
-                params=first.params,
+                target=key[0],
+                params=firsts[key],
                 config=key[2],
                 device_model=key[3],
-                phase=first.phase,
-                precision=first.precision,
+                phase=key[4],
+                precision=key[5],
                 metric=key[6],
                 points=points,
                 changes=changes_of(points, smallest[key[6]]),

@@ -15,7 +15,7 @@ import math
 import statistics
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.report.models import Report
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
@@ -34,22 +34,24 @@ POINTS_VERSION: Final = 1
 HISTORY_SUFFIX: Final = ".history.json"  # beside REPORT.json or REPORT.json.gz: REPORT.history.json
 
 
-class Measured(BaseModel):
-    """A measured thing: what a series follows, less the metric."""
+class Things(BaseModel):
+    """The measured things of a report's points (what a series follows, less the metric), in columns of equal
+    length: the ``thing`` of a point is an index into them."""
 
     model_config = ConfigDict(extra="forbid")
 
-    target: str
-    params: dict[str, Any]  # as the report's first result of it names them
-    config: str
-    device_model: str
-    phase: Phase
-    precision: Precision
+    target: list[str] = Field(default_factory=list)
+    params: list[dict[str, Any]] = Field(default_factory=list)  # as the report's first result of each names them
+    params_key: list[str] = Field(default_factory=list)  # the same as JSON with sorted keys: what tells them apart
+    config: list[str] = Field(default_factory=list)
+    device_model: list[str] = Field(default_factory=list)
+    phase: list[Phase] = Field(default_factory=list)
+    precision: list[Precision] = Field(default_factory=list)
 
-    def key(self) -> tuple[str, str, str, str, Phase, Precision]:
-        """Target, params (JSON, keys sorted), configuration, device model, phase, precision."""
-        params = json.dumps(self.params, sort_keys=True, default=str)
-        return (self.target, params, self.config, self.device_model, self.phase, self.precision)
+    def keys(self) -> list[tuple[str, str, str, str, Phase, Precision]]:
+        """Each thing as target, params (JSON, keys sorted), configuration, device model, phase, precision."""
+        columns = (self.target, self.params_key, self.config, self.device_model, self.phase, self.precision)
+        return list(zip(*columns, strict=True))
 
 
 class ReportPoints(BaseModel):
@@ -65,7 +67,7 @@ class ReportPoints(BaseModel):
     report: str  # the report's file name
     report_bytes: int  # its size as written: a report of another size was replaced, and is read whole
     created_at: str
-    things: list[Measured]
+    things: Things
     thing: list[int]
     metric: list[Metric]
     value: list[float]
@@ -101,7 +103,7 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     the report's file and its size in bytes."""
     values: dict[tuple[Any, ...], list[float]] = {}
     things: dict[tuple[Any, ...], int] = {}
-    measured: list[Measured] = []
+    measured = Things()
     for r in report.results:
         params = json.dumps(r.params, sort_keys=True, default=str)
         model = device_model(r) or UNKNOWN_DEVICE
@@ -111,17 +113,9 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
             if value is None or not math.isfinite(value) or value <= 0:
                 continue
             if thing not in things:
-                things[thing] = len(measured)
-                measured.append(
-                    Measured(
-                        target=r.target,
-                        params=r.params,
-                        config=r.config_label,
-                        device_model=model,
-                        phase=r.phase,
-                        precision=r.precision,
-                    )
-                )
+                things[thing] = len(things)
+                for column, cell in zip(_COLUMNS, (*thing, r.params), strict=True):
+                    getattr(measured, column).append(cell)
             values.setdefault((thing, metric), []).append(value)
     keys = list(values)
     return ReportPoints(
@@ -133,6 +127,9 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
         metric=[metric for _, metric in keys],
         value=[statistics.median(values[key]) for key in keys],
     )
+
+
+_COLUMNS: Final = ("target", "params_key", "config", "device_model", "phase", "precision", "params")
 
 
 def history_name(report_name: str) -> str:

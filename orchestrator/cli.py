@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -215,21 +216,36 @@ def run(
 
 
 @app.command()
-def validate(spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")]) -> None:
-    """Check SPEC and list the experiments it expands to; runs nothing."""
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    all_rows: Annotated[
+        bool, typer.Option("--all", help="List every experiment, however many (past 40: a row per configuration).")
+    ] = False,
+    format: Annotated[
+        Literal["table", "json"], typer.Option("--format", "-f", help="table, or json: every experiment's row.")
+    ] = "table",
+) -> None:
+    """Check SPEC and list the experiments it expands to (past a screenful, a row per target and configuration);
+    runs nothing."""
+    from orchestrator.plan.listing import COLUMNS, SCREENFUL, SUMMARY_COLUMNS, experiment_row, rows_json, summary_rows
+
     loaded = _load(spec)
-    table = Table(title=f"{loaded.name}: {len(loaded.experiments)} experiments")
-    for column in ("id", "target", "params", "device", "config"):
-        table.add_column(column)
-    for exp in loaded.experiments:
-        params = " ".join(f"{k}={v}" for k, v in exp.params.items())
-        model = {None: "", "all": " on every GPU model"}.get(exp.gpu_model, f" on {exp.gpu_model}")
-        gang = f" {exp.distributed.label()}" if exp.distributed else ""
-        table.add_row(exp.id, exp.target, params, exp.device + model, exp.compile.label() + gang)
+    if format == "json":
+        sys.stdout.write(rows_json(loaded.experiments))
+        return
+    n = len(loaded.experiments)
+    whole = all_rows or n <= SCREENFUL
+    table = Table(title=f"{loaded.name}: {n} experiments" + ("" if whole else ", by target and configuration"))
+    for column in COLUMNS if whole else SUMMARY_COLUMNS:
+        table.add_column(column, justify="right" if column == "experiments" else "left")
+    for row in [experiment_row(e) for e in loaded.experiments] if whole else summary_rows(loaded.experiments):
+        table.add_row(*row)
     out_console.print(table)
+    if not whole:
+        out_console.print("every experiment: --all (a table row each) or --format json", highlight=False)
     every = sum(e.gpu_model == "all" for e in loaded.experiments)
     later = f" ({every} run once on each GPU model of the cluster, counted once here)" if every else ""
-    out_console.print(f"{spec}: valid, {len(loaded.experiments)} experiments{later}")
+    out_console.print(f"{spec}: valid, {n} experiments{later}")
 
 
 @app.command()
@@ -247,12 +263,18 @@ def tasks() -> None:
 
 
 def _read_report(path: str) -> Report:
+    """The report at ``path``, its objects then frozen out of the cycle collector's scans (``gc.freeze``): a
+    command reads reports once and keeps them to its end, and a big one is millions of objects."""
+    import gc
+
     from orchestrator.report import ReportError, read
 
     try:
-        return read(path)
+        report = read(path)
     except ReportError as e:
         raise _fail(str(e), 2) from None
+    gc.freeze()
+    return report
 
 
 def _write_html(report: Report, path: str) -> None:
@@ -261,13 +283,15 @@ def _write_html(report: Report, path: str) -> None:
     _write_page(render_html(report), path)
 
 
-def _write_page(text: str, path: str) -> None:
-    """Write an HTML page to a path or URL; a place that cannot take it is exit 2, one line."""
-    from orchestrator.report import write_atomic
+def _write_page(text: str | Iterable[str], path: str) -> None:
+    """Write a page (or text in pieces, each written as it comes) to a path or URL; a place that cannot take it
+    is exit 2, one line."""
+    from orchestrator.report.io import write_atomic_bytes
     from orchestrator.store.storage import StorageError
 
+    pieces = [text] if isinstance(text, str) else text
     try:
-        write_atomic(path, text)
+        write_atomic_bytes(path, (bytes(piece, "utf-8") for piece in pieces))
     except StorageError as e:
         raise _fail(f"cannot write {e}", 2) from None
     except OSError as e:
@@ -479,17 +503,18 @@ def export(
     """Write a report in another tool's format: one record per result and metric for PyTorch's benchmark
     database, or one CSV row per result in the dynamo harness's columns. Needs no Ray. Exit 2 for an
     unknown format, unreadable input or an --out that cannot be written."""
-    from orchestrator.report.export import ExportError, check_format, export_text
+    from orchestrator.report.export import ExportError, check_format, export_chunks
 
     try:
         check_format(format)
-        text = export_text(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
+        chunks = export_chunks(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
     except ExportError as e:
         raise _fail(str(e), 2) from None
     if out is None:
-        sys.stdout.write(text)
+        for chunk in chunks:
+            sys.stdout.write(chunk)
         return
-    _write_page(text, out)
+    _write_page(chunks, out)
     err_console.print(f"{format}: {out}", highlight=False)
 
 

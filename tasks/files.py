@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -27,8 +28,9 @@ def local_path(where: str | Path) -> Path | None:
     return Path(unquote(urlsplit(where).path)) if match.group(1).lower() == "file" else None
 
 
-def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
-    """Write ``data`` to ``path`` whole or not at all: a temporary file beside it, flushed and fsynced, then
+def write_atomic(path: Path, data: bytes | Iterable[bytes], mode: int | None = None) -> None:
+    """Write ``data`` (bytes, or pieces of bytes written in turn) to ``path`` whole or not at all: a temporary
+    file beside it, flushed and fsynced, then
     renamed over it (``os.replace`` is atomic within one filesystem), so a reader or a crash sees the old
     file or the new one, never a part. ``mode``: the file's permissions (default: 0o666 less the umask,
     as ``open`` gives; ``mkstemp`` alone would give 0o600). Creates the folder; raises ``OSError``."""
@@ -41,7 +43,8 @@ def write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
             mode = 0o666 & ~umask
         os.chmod(tmp, mode)
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            for piece in [data] if isinstance(data, bytes) else data:
+                f.write(piece)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

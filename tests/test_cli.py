@@ -29,7 +29,7 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
-    assert report["schema_version"] == 2
+    assert report["schema_version"] == 3 and (tmp_path / "seed.history.json").is_file()
     assert set(report) >= {"spec", "environment", "results", "summary"}
     assert report["environment"]["nodes"] and report["environment"]["torch"]
     results = {

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import ruptures as rpt
 from PIL import Image
 from typer.testing import CliRunner
 
@@ -18,6 +20,7 @@ from orchestrator.report import Report, write_report
 from orchestrator.report.changepoints import (
     ALPHA,
     MIN_SEGMENT,
+    binary_segmentation,
     change_points,
     detectable,
     pull_in,
@@ -486,3 +489,21 @@ def test_the_charts_and_change_markers_render_in_headless_chromium(page, tmp_pat
     assert (rgb != 255).any(axis=2).mean() > 0.03, "the screenshot is (nearly) blank"
     red = (rgb[..., 0] > 170) & (rgb[..., 1] < 90) & (rgb[..., 2] < 80)
     assert red.sum() > 100  # the change lines and markers are drawn
+
+
+def test_binary_segmentation_splits_as_ruptures_binseg_does():
+    """The candidates in prefix sums are ruptures' ``Binseg`` (l2, jump 1) split for split, on noisy series with
+    steps, outliers, rounded (tied) values and every length from the shortest."""
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(6, 120))
+        x = np.log(2 + 0.02 * rng.standard_normal(n))
+        if trial % 3 == 0:
+            x[int(rng.integers(3, n - 2)) :] += rng.choice([0.05, -0.1, 0.3])
+        if trial % 5 == 0:
+            x = np.round(x, 2)
+        if trial % 7 == 0:
+            x[int(rng.integers(0, n))] += 1
+        pen = 2 * math.log(n)
+        expected = rpt.Binseg(model="l2", min_size=3, jump=1).fit(x / 0.01).predict(pen=pen)[:-1]
+        assert binary_segmentation(x / 0.01, 3, pen) == expected, (trial, n)

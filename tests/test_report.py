@@ -200,8 +200,9 @@ def test_report_round_trips_and_is_written_atomically(tmp_path):
     path = tmp_path / "out" / "r.json"
     write_report(report, path)
     assert load_report(path) == report
-    assert report.schema_version == SCHEMA_VERSION == 2
-    assert [p.name for p in path.parent.iterdir()] == ["r.json"]  # no temporary file left behind
+    assert report.schema_version == SCHEMA_VERSION == 3
+    # no temporary file left behind; the history file beside the report (history reads it, not the report)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["r.history.json", "r.json"]
     umask = os.umask(0)
     os.umask(umask)
     assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask
@@ -224,7 +225,7 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
 def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
     """``data/seed-v1.json``: three results of a seed run written by schema version 1."""
     report = load_report(DATA / "seed-v1.json")
-    assert report.schema_version == 2 and report.complete
+    assert report.schema_version == SCHEMA_VERSION and report.complete
     assert report.summary.counts["ok"] == 2 and report.summary.counts["compile_error"] == 1
     assert [g.label for g in report.summary.groups] == ["seed.foo3 shape=[4096, 4096]", "seed.bar"]
     assert report.summary.devices[0].device_model == "CPU (AMD EPYC)"

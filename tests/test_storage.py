@@ -156,7 +156,7 @@ def test_a_run_writes_its_report_page_and_journal_as_objects(s3, address, write_
     assert proc.returncode == 0, proc.stderr
     assert f"Report: {out}, {html}" in proc.stdout
     ids = [e.id for e in load_spec(spec).experiments]
-    assert s3.names(prefix) == ["r.html", "r.journal", "r.json"]  # no probe left behind
+    assert s3.names(prefix) == ["r.history.json", "r.html", "r.journal", "r.json"]  # no probe left behind
     report = json.loads(s3.fs.cat_file(out))
     assert [r["experiment_id"] for r in report["results"]] == ids and report["complete"] is True
     assert s3.fs.cat_file(html).startswith(b"<!DOCTYPE html>")

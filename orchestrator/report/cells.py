@@ -8,7 +8,8 @@ here and only here. The lowest floor of the report's rendering: this module impo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Final
 
 from rich.table import Table
 from rich.text import Text
@@ -25,6 +26,17 @@ class Rows:
     rows: list[list[str]]
     right: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+
+
+SCREENFUL: Final = 40  # rows of one table on a terminal; past it the table shows its first rows and says the rest
+
+
+def clipped(rows: Rows, limit: int = SCREENFUL, rest: str = "every row with --format markdown") -> Rows:
+    """``rows`` cut to its first ``limit`` rows, a note first saying how many more there are and where they are."""
+    if len(rows.rows) <= limit:
+        return rows
+    more = f"first {limit} of {len(rows.rows):,} rows; {rest}"
+    return replace(rows, rows=rows.rows[:limit], notes=[more, *rows.notes])
 
 
 # ------------------------------------------------------------------------------ number formatting

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from orchestrator.report.models import Report, config_label, result_group
 from orchestrator.report.page import COLORS, escape
@@ -24,6 +24,11 @@ from tasks.models import Result
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
+
+# Groups drawn as traces of their own on the Pareto chart (a colour and a legend entry each); past it the points
+# of every group are pooled into a trace per kind (Pareto set, other candidates, not shipped), each point's group
+# in its hover: 8,000 groups of a 100,000-result sweep are 8,000 traces, a minute of plotly and a page too slow.
+MAX_PARETO_GROUPS: Final = 40
 
 
 def speedup_figures(report: Report) -> list[go.Figure]:
@@ -102,6 +107,8 @@ def pareto_figure(report: Report) -> go.Figure:
     values: list[float] = []
     xs_all: list[float] = []
     decided = [g for g in report.summary.groups if g.decision is not None]
+    pooled = len(decided) > MAX_PARETO_GROUPS
+    pools: dict[str, tuple[list[float], list[float], list[str]]] = {}
     for i, group in enumerate(decided):
         assert group.decision is not None  # decided: for mypy
         name = f"{group.label} ({group.device_model})" if len(report.summary.devices) > 1 else group.label
@@ -120,6 +127,13 @@ def pareto_figure(report: Report) -> go.Figure:
             xs = [c.compile_s or 0.0 for c in configs]
             values += ys
             xs_all += xs
+            hover = [_pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs]
+            if pooled:
+                pool_xs, pool_ys, pool_hover = pools.setdefault(kind, ([], [], []))
+                pool_xs.extend(xs)
+                pool_ys.extend(ys)
+                pool_hover.extend(hover)
+                continue
             fig.add_trace(
                 go.Scatter(
                     name=name,
@@ -139,13 +153,24 @@ def pareto_figure(report: Report) -> go.Figure:
                     text=[c.config for c in configs],  # shown beside the Pareto set's stars
                     textposition="top center",
                     cliponaxis=False,  # a name near the edge is drawn whole
-                    customdata=[
-                        _pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs
-                    ],
+                    customdata=hover,
                     hovertemplate="%{customdata}<br>%{y:.2f}x at %{x:.3g} s<extra></extra>",
                 )
             )
             shown = True
+    for n, (kind, (xs, ys, hover)) in enumerate(pools.items()):  # past MAX_PARETO_GROUPS: a trace per kind
+        symbol = {"Pareto set": "star", "other candidates": "circle"}.get(kind, "x")
+        fig.add_trace(
+            go.Scattergl(
+                name=f"{kind} ({len(xs):,})",
+                x=xs,
+                y=ys,
+                mode="markers",
+                marker={"symbol": symbol, "size": 8, "color": COLORS[n % len(COLORS)], "opacity": 0.6},
+                customdata=hover,
+                hovertemplate="%{customdata}<br>%{y:.2f}x at %{x:.3g} s<extra></extra>",
+            )
+        )
     if not fig.data:
         return empty_figure("no configuration has a speedup and a compile latency to chart")
     fig.add_hline(y=1.0, line={"color": "#c0392b", "dash": "dash", "width": 1.5})

@@ -16,37 +16,38 @@ here imports Ray or torch.
 from __future__ import annotations
 
 import glob
-import json
 import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from orchestrator.report.cells import Rows, markdown_table, ms, rich_table, seconds, times
+from orchestrator.report.cells import Rows, clipped, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
-from orchestrator.report.io import ReportError, read
-from orchestrator.report.models import Report, config_label, gang_label, group_label
-from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
-from orchestrator.store.storage import Location, StorageError, join, location, parent
-from orchestrator.store.storage import glob as glob_objects
-from tasks.models import Phase, Precision, Result
-
-Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm", "compile_s_shared"]
-METRICS: Final[tuple[Metric, ...]] = (
-    "speedup",
-    "eager_ms",
-    "compiled_ms",
-    "compile_s_cold",
-    "compile_s_warm",
-    "compile_s_shared",
+from orchestrator.report.io import ReportError, history_path, read
+from orchestrator.report.models import Report, group_label
+from orchestrator.report.points import (
+    HISTORY_SUFFIX,
+    METRICS,
+    Metric,
+    ReportPoints,
+    metric_value,
+    report_points,
 )
+from orchestrator.store.storage import Location, StorageError, join, location, open_location, parent, read_bytes
+from orchestrator.store.storage import glob as glob_objects
+from tasks.models import Phase, Precision
+
+__all__ = ["METRICS", "Metric", "metric_value"]  # history's metrics, defined with the points beside each report
+READERS: Final = 16  # history files read at once: a store answers each GET in tens of ms
+
 # The smallest change each metric's series report, relative (``--min-change``), however significant: below it a
 # change is real but too small to act on. Speed: 2%, below the 5% that PyTorch's dashboard and the regression
 # gate act on, so that a 5% step always clears it. Compile latency: 5%, a third of the dashboard's 15%.
@@ -116,12 +117,16 @@ class History(BaseModel):
     series: list[Series]
 
 
+_POINTS: Final = TypeAdapter(list[Point])
+
+
 # ------------------------------------------------------------------------------------------ reading
 
 
 def report_paths(patterns: Sequence[str]) -> list[Location]:
-    """The files that ``patterns`` name, each once: a file as given, a directory's ``*.json`` files (not
-    its journals), a glob's matches (directories among them expanded alike). Raises ``ReportError`` for a
+    """The files that ``patterns`` name, each once: a file as given, a directory's ``*.json`` and ``*.json.gz``
+    files (not its journals, nor the history files beside its reports), a glob's matches (directories among
+    them expanded alike, history files left out). Raises ``ReportError`` for a
     pattern that matches no report. A URL is read from its store alike: ``s3://bucket/nightly/*.json``,
     ``s3://bucket/nightly`` (``orchestrator.store.storage``)."""
     paths: dict[Location, Location] = {}  # the file itself -> the first name it was found by
@@ -130,7 +135,9 @@ def report_paths(patterns: Sequence[str]) -> list[Location]:
             for url in _objects(pattern):
                 paths.setdefault(url, url)
             continue
-        matches = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        matches = [pattern]
+        if glob.has_magic(pattern):
+            matches = sorted(m for m in glob.glob(pattern) if not m.endswith(HISTORY_SUFFIX))
         found = [p for match in matches for p in _files(Path(match))]
         if not found:
             what = "no report matches" if glob.has_magic(pattern) else "no *.json report in"
@@ -146,22 +153,26 @@ def _objects(pattern: str) -> list[str]:
     try:
         if glob.has_magic(pattern):
             matches = glob_objects(pattern)
-        elif pattern.endswith(".json"):
+        elif pattern.endswith((".json", ".json.gz")):
             return [pattern]  # an object that is not there: reading it says so
         else:
-            matches = glob_objects(join(pattern, "*.json"))
+            matches = glob_objects(join(pattern, "*.json")) + glob_objects(join(pattern, "*.json.gz"))
     except StorageError as e:
         raise ReportError(str(e)) from None
-    found = [m for m in matches if m.endswith(".json") and not parent(m).endswith(".journal")]
+    found = sorted(m for m in matches if _is_report(m) and not parent(m).endswith(".journal"))
     if not found:
         what = "no report matches" if glob.has_magic(pattern) else "no *.json report in"
         raise ReportError(f"{what} {pattern}")
     return found
 
 
+def _is_report(name: str) -> bool:
+    return name.endswith((".json", ".json.gz")) and not name.endswith(HISTORY_SUFFIX)
+
+
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
-        return sorted(p for p in path.glob("*.json") if p.is_file())
+        return sorted(p for p in path.iterdir() if _is_report(p.name) and p.is_file())
     return [path]  # a file, or a name that is not there: reading it says so
 
 
@@ -172,7 +183,7 @@ def load_reports(patterns: Sequence[str]) -> list[tuple[str, Report]]:
     return sorted(loaded, key=lambda item: (_created(item[0], item[1]), item[0]))
 
 
-def _created(where: str, report: Report) -> datetime:
+def _created(where: str, report: Report | ReportPoints) -> datetime:
     try:
         when = datetime.fromisoformat(report.created_at)
     except ValueError:
@@ -180,31 +191,45 @@ def _created(where: str, report: Report) -> datetime:
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
+def load_points(patterns: Sequence[str]) -> list[tuple[str, ReportPoints]]:
+    """The points of every report ``patterns`` name, ordered by ``created_at`` (ties by file name): from the
+    history file beside each report where there is one of the report as it is (``points``), else from the
+    report, read whole. History files are read ``READERS`` at a time. Raises ``ReportError``."""
+    paths = report_paths(list(patterns))
+    with ThreadPoolExecutor(READERS) as pool:
+        loaded = list(pool.map(points_of, paths))
+    return sorted(loaded, key=lambda item: (_created(item[0], item[1]), item[0]))
+
+
+def points_of(path: Location) -> tuple[str, ReportPoints]:
+    """One report's points: its history file's, if that file is the report's as it is now (the same name and
+    size), else from the report, read whole."""
+    kept = _history_file(path)
+    if kept is not None:
+        return str(path), kept
+    name = path.name if isinstance(path, Path) else path.rsplit("/", 1)[-1]
+    return str(path), report_points(read(path), name)
+
+
+def _history_file(path: Location) -> ReportPoints | None:
+    """The history file beside the report at ``path``, where it is there, valid and of this report."""
+    beside = history_path(path)
+    try:
+        if isinstance(path, Path):
+            if not isinstance(beside, Path) or not beside.is_file():
+                return None
+            data, size = beside.read_bytes(), path.stat().st_size
+        else:
+            fs, where = open_location(path)
+            data, size = read_bytes(str(beside)), fs.size(where)
+        points = ReportPoints.model_validate_json(data)
+    except (OSError, StorageError, ValidationError, FileNotFoundError):
+        return None  # none, or not one this version reads: the report is read whole
+    name = path.name if isinstance(path, Path) else path.rsplit("/", 1)[-1]
+    return points if points.report == name and points.report_bytes == size else None
+
+
 # ------------------------------------------------------------------------------------------- series
-
-
-def metric_value(r: Result, metric: Metric) -> float | None:
-    """What one result says of one metric, or None when it says nothing valid.
-
-    Speed (``speedup``, ``eager_ms``, ``compiled_ms``, medians of the samples): ok results that did not
-    recompile inside the timed window (``valid_timing``). Compile latency (the measured compile's first
-    call): ok results whose compile used the metric's cache state; a recompile later, inside the timed
-    window, does not change the first compile. ``compile_s_shared`` takes only shared compiles that
-    loaded artifacts from the shared cache: one that found it empty compiled like a cold one, and a
-    series mixing both would show the cache's state, not the compile's.
-    """
-    if metric in ("compile_s_cold", "compile_s_warm", "compile_s_shared"):
-        wanted = metric.removeprefix("compile_s_")
-        ok = r.status == "ok" and r.compile.cache == wanted
-        if wanted == "shared":
-            ok = ok and r.compile_cache is not None and r.compile_cache.loaded
-        return r.compile_latency_s if ok else None
-    if not valid_timing(r):
-        return None
-    if metric == "speedup":
-        return r.speedup
-    side = r.eager if metric == "eager_ms" else r.compiled
-    return side.median_ms if side else None
 
 
 _Key = tuple[str, str, str, str, Phase, Precision, Metric]  # target, params (JSON), config, device model, ...
@@ -215,42 +240,39 @@ def build_history(reports: Sequence[tuple[str, Report]], min_change: Mapping[Met
     change ``min_change`` (``MIN_CHANGE`` for the metrics it leaves out).
 
     A report's point in a series is the median of its results' values for it (the replicates of one
-    experiment, and any experiment differing only in what the series leaves out, such as the seed).
-    A report with no valid value has no point in that series: a gap, never a zero.
+    experiment, and any experiment differing only in what the series leaves out, such as the seed;
+    ``points.report_points``). A report with no valid value has no point in that series: a gap, never a zero.
     """
-    values: dict[_Key, dict[int, list[float]]] = {}
-    firsts: dict[_Key, Result] = {}
-    for i, (_, report) in enumerate(reports):
-        for r in report.results:
-            params = json.dumps(r.params, sort_keys=True, default=str)
-            model = device_model(r) or UNKNOWN_DEVICE
-            for metric in METRICS:
-                value = metric_value(r, metric)
-                if value is None or not math.isfinite(value) or value <= 0:
-                    continue
-                gang = gang_label(r)  # a distributed result's series is its world size's
-                config = config_label(r) + (f" {gang}" if gang else "")
-                key = (r.target, params, config, model, r.phase, r.precision, metric)
-                values.setdefault(key, {}).setdefault(i, []).append(value)
-                firsts.setdefault(key, r)
+    return series_of([(where, report_points(r, where)) for where, r in reports], min_change)
+
+
+def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[Metric, float] | None = None) -> History:
+    """``build_history`` from the reports' points (``load_points``), given oldest first."""
+    values: dict[_Key, list[tuple[int, float]]] = {}
+    firsts: dict[_Key, dict[str, Any]] = {}  # the params of the first point of each series, as its report names them
+    for i, (_, kept) in enumerate(reports):
+        things = kept.things.keys()
+        for thing, metric, value in zip(kept.thing, kept.metric, kept.value, strict=True):
+            key = (*things[thing], metric)
+            values.setdefault(key, []).append((i, value))
+            if key not in firsts:
+                firsts[key] = kept.things.params[thing]
     smallest = {**MIN_CHANGE, **(min_change or {})}
     order = {m: n for n, m in enumerate(METRICS)}
     series = []
     for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
-        first = firsts[key]
-        points = [
-            Point(report=reports[i][0], created_at=reports[i][1].created_at, value=statistics.median(vs))
-            for i, vs in sorted(values[key].items())
-        ]
+        points = _POINTS.validate_python(  # a series' points at once: quicker than a model each
+            [{"report": reports[i][0], "created_at": reports[i][1].created_at, "value": v} for i, v in values[key]]
+        )
         values_ = [p.value for p in points]
         series.append(
             Series(
-                target=first.target,
-                params=first.params,
+                target=key[0],
+                params=firsts[key],
                 config=key[2],
                 device_model=key[3],
-                phase=first.phase,
-                precision=first.precision,
+                phase=key[4],
+                precision=key[5],
                 metric=key[6],
                 points=points,
                 changes=changes_of(points, smallest[key[6]]),
@@ -383,8 +405,9 @@ def quiet_notes(quiet: Sequence[Series]) -> list[str]:
 
 def print_history(console: Console, history: History, reports: int) -> None:
     """The series that changed as a table, then those that did not with what each could have shown, then the
-    counts."""
-    for view in (rows(history), quiet_rows(history)):
+    counts; each table past a screenful its first rows and a note (every row: ``--format markdown`` or ``json``)."""
+    for whole in (rows(history), quiet_rows(history)):
+        view = clipped(whole, rest="every row with --format markdown or json")
         if view.rows:
             console.print(rich_table(view))
         for note in view.notes:
@@ -436,5 +459,5 @@ def min_changes(options: Sequence[str]) -> dict[Metric, float]:
 def history_of(patterns: Iterable[str], min_change: Mapping[Metric, float] | None = None) -> tuple[History, int]:
     """Read the reports ``patterns`` name and build their history, each metric's smallest change ``min_change``
     (``MIN_CHANGE`` for those it leaves out); the number of reports read with it."""
-    reports = load_reports(list(patterns))
-    return build_history(reports, min_change), len(reports)
+    reports = load_points(list(patterns))
+    return series_of(reports, min_change), len(reports)

@@ -23,8 +23,8 @@ from orchestrator.report.charts import (
     times_figure,
 )
 from orchestrator.report.models import Report, config_label, result_group
-from orchestrator.report.page import document, escape, figure_html, table_html
-from orchestrator.report.views import headline, results_rows, ship_rows, views
+from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
+from orchestrator.report.views import failures_rows, headline, results_rows, ship_rows, views
 from tasks.text import first_line
 
 MAX_SAMPLE_RESULTS = 1000  # results whose raw samples the page embeds for the distribution chart
@@ -154,9 +154,13 @@ def _samples_section(report: Report) -> str:
 
 
 def _failures(report: Report) -> str:
+    """Every result that is not ok with its whole message; past ``PAGE_ROWS`` of them, their first lines in a
+    paged table (``failures_rows``: the whole messages are in the report)."""
     failed = [r for r in report.results if r.status != "ok"]
     if not failed:
         return "<p>None: every experiment is ok.</p>"
+    if len(failed) > PAGE_ROWS:
+        return table_html(failures_rows(failed))
     rows = []
     for r in failed:
         error = r.error

@@ -2,24 +2,41 @@
 
 Every function takes a local path or the URL of an object in a store (``orchestrator.store.storage``):
 ``s3://bucket/nightly/r.json`` is written in one PUT and read as a file is.
+
+A report whose name ends ``.gz`` (``REPORT_SUFFIX``: ``r.json.gz``) is written as compact JSON compressed
+with gzip, about a ninth of the indented text; any report is read compressed or not, whatever its name
+(gzip's magic bytes tell). Beside each report goes its history file (``points``: ``r.history.json``).
 """
 
 from __future__ import annotations
 
+import gc
+import gzip
 import json
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pydantic import ValidationError
 
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
+from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
-from orchestrator.store.storage import Location, StorageError, location, name_of, read_bytes, write_bytes
+from orchestrator.store.storage import Location, StorageError, join, location, name_of, parent, read_bytes, write_bytes
 from tasks.files import write_atomic as write_file_atomic
 from tasks.result import Result
 from tasks.text import validation_line
+
+REPORT_SUFFIX: Final = ".json.gz"  # the name that keeps a big report small: compressed, every sample kept
+GZIP_MAGIC: Final = b"\x1f\x8b"
+# zlib's fastest level: 100,000 results of 10 samples a side in 86 MB, 9x smaller than the indented text, in a
+# third of level 6's time for 1.3x its size (benchmarks/read_scale.py; docs/report-fields.md).
+GZIP_LEVEL: Final = 1
+READABLE_VERSIONS: Final = (1, 2, SCHEMA_VERSION)
 
 
 class ReportError(ValueError):
@@ -31,16 +48,59 @@ def write_atomic(path: str | Path, text: str) -> None:
     renamed over ``path``, with an ordinary file's permissions (``tasks.files.write_atomic``); to a store in
     one PUT (an object is replaced whole). Raises ``TypeError`` for what is not a ``str``, ``OSError``
     (``StorageError`` for a store)."""
-    data = bytes(text, "utf-8")
+    write_atomic_bytes(path, bytes(text, "utf-8"))
+
+
+def write_atomic_bytes(path: str | Path, data: bytes | Iterable[bytes]) -> None:
+    """``write_atomic`` of bytes as they are, or of pieces of bytes in turn (a local file is written piece by
+    piece; an object in a store, in one PUT, takes them joined)."""
     where = location(path)
     if isinstance(where, str):
-        write_bytes(where, data)
+        write_bytes(where, data if isinstance(data, bytes) else b"".join(data))
     else:
         write_file_atomic(where, data)
 
 
 def write_report(report: Report, path: str | Path) -> None:
-    write_atomic(path, report.model_dump_json(indent=2) + "\n")
+    """Write ``report`` to ``path``, then its history file beside it (``history_path``).
+
+    A name ending ``.gz``: compact JSON, gzip-compressed, each result serialised and compressed in turn (the
+    text of 100,000 results is never held whole); any other name: JSON indented by 2, as people read it.
+    """
+    compressed = str(path).endswith(".gz")
+    data = _compressed(report) if compressed else bytes(report.model_dump_json(indent=2) + "\n", "utf-8")
+    write_atomic_bytes(path, data)
+    where = location(path)
+    name = where.name if isinstance(where, Path) else name_of(where)
+    points = report_points(report, name, len(data))
+    write_atomic_bytes(history_path(path), bytes(points.model_dump_json() + "\n", "utf-8"))
+
+
+def history_path(path: str | Path) -> Location:
+    """Where the history file of the report at ``path`` goes: ``r.history.json`` beside ``r.json.gz``."""
+    where = location(path)
+    if isinstance(where, Path):
+        return where.with_name(history_name(where.name))
+    return join(parent(where), history_name(name_of(where)))
+
+
+def _compressed(report: Report) -> bytes:
+    """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed."""
+    out = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    chunks = []
+    for name in Report.model_fields:
+        head = "{" if name == next(iter(Report.model_fields)) else ","
+        if name == "results":
+            chunks.append(out.compress(bytes(f'{head}"results":[', "utf-8")))
+            for i, r in enumerate(report.results):
+                chunks.append(out.compress(bytes(("," if i else "") + r.model_dump_json(), "utf-8")))
+            chunks.append(out.compress(b"]"))
+            continue
+        field = report.model_dump_json(include={name})  # '{"name":value}'
+        chunks.append(out.compress(bytes(head + field[1:-1], "utf-8")))
+    chunks.append(out.compress(b"}\n"))
+    chunks.append(out.flush())
+    return b"".join(chunks)
 
 
 def read(path: str | Path) -> Report:
@@ -53,12 +113,41 @@ def read(path: str | Path) -> Report:
 
 
 def load_report(path: str | Path) -> Report:
-    """Read a report, upgrading older schema versions to the current one. Raises ``ReportError``."""
+    """Read a report, compressed or not, upgrading older schema versions to the current one. Raises
+    ``ReportError``.
+
+    A report of the current version is validated as it is parsed (``Report.model_validate_json``: no
+    intermediate Python objects); an older one, or one that fails, is parsed with ``json`` and upgraded
+    (``upgrade``), which also gives the error its line and field.
+    """
     where = location(path)
-    data = _json(where)
-    if not isinstance(data, dict) or "results" not in data:
-        raise ReportError(f"{path}: not a compilebench report (no 'results')")
-    return upgrade(data, where=str(path))
+    raw = _bytes(where)
+    with collector_paused():
+        try:
+            report = Report.model_validate_json(raw)
+        except ValidationError:
+            pass
+        else:
+            report.schema_version = SCHEMA_VERSION
+            return report
+        data = _json(where, raw)
+        if not isinstance(data, dict) or "results" not in data:
+            raise ReportError(f"{path}: not a compilebench report (no 'results')")
+        return upgrade(data, where=str(path))
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cycle collector off inside, as it was after: a report's results are millions of objects made
+    at once and none of them garbage, which the collector would otherwise scan again and again (reading
+    10,000 results took 3.4 times as long with it on; ``benchmarks/read_scale.py``)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def upgrade(data: dict[str, Any], where: str = "report") -> Report:
@@ -68,12 +157,13 @@ def upgrade(data: dict[str, Any], where: str = "report") -> Report:
     targets); the summary is derived, so it is rebuilt from the results.
     """
     version = data.get("schema_version")
-    if version not in (1, SCHEMA_VERSION):
+    if version not in READABLE_VERSIONS:
         newer = isinstance(version, int) and version > SCHEMA_VERSION
         hint = " (written by a newer compilebench)" if newer else ""
         raise ReportError(f"{where}: unknown report schema_version {version!r}{hint}")
     if version == 1:
-        data = {**data, "schema_version": SCHEMA_VERSION, "summary": None}
+        data = {**data, "summary": None}
+    data = {**data, "schema_version": SCHEMA_VERSION}  # 2 and 3 differ only in how the file is kept
     if not isinstance(data["results"], list):
         raise ReportError(f"{where}: results: not a list")
     results = []
@@ -102,7 +192,8 @@ def load_journal(path: str | Path) -> Report:
     if isinstance(where, Path) and not where.exists():
         raise ReportError(f"cannot read {path}: No such file")
     try:
-        contents = read_journal(where)
+        with collector_paused():
+            contents = read_journal(where)
     except StorageError as e:
         raise ReportError(f"cannot read {e}") from None
     except (OSError, UnicodeDecodeError) as e:
@@ -139,13 +230,22 @@ def _environment_from(results: list[Result], warnings: list[str]) -> Environment
     )
 
 
-def _json(path: Location) -> Any:
+def _bytes(path: Location) -> bytes:
+    """The file's bytes, decompressed where they are gzip's."""
     try:
-        text = path.read_text(encoding="utf-8") if isinstance(path, Path) else read_bytes(path).decode("utf-8")
+        raw = path.read_bytes() if isinstance(path, Path) else read_bytes(path)
+        return gzip.decompress(raw) if raw.startswith(GZIP_MAGIC) else raw
     except StorageError as e:
         raise ReportError(f"cannot read {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _json(path: Location, raw: bytes | None = None) -> Any:
+    try:
+        text = (_bytes(path) if raw is None else raw).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ReportError(f"cannot read {path}: {e}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:

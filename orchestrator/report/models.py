@@ -13,7 +13,9 @@ from orchestrator.machines.nodes import Environment as Environment  # the execut
 from orchestrator.machines.nodes import Node as Node  # the scheduler's too; listed in a report's environment
 from tasks.models import Phase, Precision, ReplayConfig, Result
 
-SCHEMA_VERSION: Final = 2  # 2: summary by group and device model, pass rates; version 1 reports are upgraded on load
+# 2: summary by group and device model, pass rates; version 1 reports are upgraded on load. 3: the same fields, kept
+# compressed where the name ends .gz (r.json.gz) with a history file beside it; version 2 reports are read as they are.
+SCHEMA_VERSION: Final = 3
 
 
 class Ranked(BaseModel):
@@ -174,7 +176,7 @@ class Summary(BaseModel):
 
 
 class Report(BaseModel):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2, 3] = SCHEMA_VERSION  # 2 read as it is, then marked 3 (``io.load_report``)
     created_at: str
     name: str
     spec: dict[str, Any]

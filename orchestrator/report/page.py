@@ -10,7 +10,8 @@ and plotly is imported when a page is written, never on import.
 from __future__ import annotations
 
 import html
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Final
 
 from orchestrator.report.cells import TIE_TEXT, Rows, bad
 
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c", "#ccb974"]
+PAGE_ROWS: Final = 100  # rows of a table in the page's DOM at once; a longer table is paged and filtered in the browser
 PLOT_CONFIG = {"displaylogo": False, "responsive": True}
 
 CSS = """
@@ -40,6 +42,47 @@ details pre { white-space: pre-wrap; font-size: 12px; background: #f6f8fa; paddi
               overflow: auto; }
 select { font-size: 14px; padding: 2px 4px; max-width: 100%; }
 .scroll { overflow-x: auto; }
+.pager { font-size: 13px; margin: 4px 0; } .pager input { width: 24em; }
+"""
+# A long table's rows travel as JSON (``paged_table_html``) and are drawn PAGE_ROWS at a time, those whose text holds
+# every word of the filter box: a page of 100,000 results stays as quick as one of 100.
+PAGED_JS = """
+(function () {
+  const box = document.currentScript.parentElement;
+  const data = JSON.parse(box.querySelector('script[type="application/json"]').textContent);
+  const body = box.querySelector('tbody'), said = box.querySelector('.shown'), filter = box.querySelector('input');
+  let rows = data.rows.map((r, i) => i), page = 0;
+  function cell(i, j) {
+    const td = document.createElement('td'), cls = (data.marks[i] || {})[j] || (data.num.includes(j) ? 'num' : '');
+    if (cls) td.className = cls;
+    td.textContent = data.rows[i][j];
+    return td;
+  }
+  function draw() {
+    const pages = Math.max(1, Math.ceil(rows.length / data.page));
+    page = Math.min(Math.max(page, 0), pages - 1);
+    body.replaceChildren(...rows.slice(page * data.page, (page + 1) * data.page).map(i => {
+      const tr = document.createElement('tr');
+      data.rows[i].forEach((_, j) => tr.appendChild(cell(i, j)));
+      return tr;
+    }));
+    const first = rows.length ? page * data.page + 1 : 0, last = Math.min((page + 1) * data.page, rows.length);
+    said.textContent = `rows ${first}-${last} of ${rows.length.toLocaleString()}`
+      + ` (${data.rows.length.toLocaleString()} in all), page ${page + 1} of ${pages}`;
+  }
+  filter.addEventListener('input', () => {
+    const words = filter.value.toLowerCase().split(/\\s+/).filter(Boolean);
+    rows = data.rows.map((r, i) => i).filter(i => {
+      const text = data.rows[i].join(' ').toLowerCase();
+      return words.every(w => text.includes(w));
+    });
+    page = 0;
+    draw();
+  });
+  box.querySelector('.prev').addEventListener('click', () => { page -= 1; draw(); });
+  box.querySelector('.next').addEventListener('click', () => { page += 1; draw(); });
+  draw();
+})();
 """
 
 
@@ -57,24 +100,54 @@ def document(title: str, body: list[str]) -> str:
 
 
 def table_html(rows: Rows) -> str:
-    """The rows as a titled HTML table, numbers right-aligned, failures in red, ties marked; its notes below."""
+    """The rows as a titled HTML table, numbers right-aligned, failures in red, ties marked; its notes below.
+    Past ``PAGE_ROWS`` rows: ``paged_table_html``."""
+    if len(rows.rows) > PAGE_ROWS:
+        return paged_table_html(rows)
     head = "".join(f"<th>{escape(h)}</th>" for h in rows.headers)
     body = []
     for row in rows.rows:
         cells = []
         for h, cell in zip(rows.headers, row, strict=True):
-            cls = "num" if h in rows.right else ""
-            if bad(h, cell):
-                cls = "bad"
-            elif cell == TIE_TEXT:
-                cls = "tie"
+            cls = _cell_class(h, cell) or ("num" if h in rows.right else "")
             cells.append(f'<td class="{cls}">{escape(cell)}</td>' if cls else f"<td>{escape(cell)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    notes = "".join(f"<li>{escape(n)}</li>" for n in rows.notes)
     return (
         f"<h3>{escape(rows.title)}</h3><div class='scroll'><table><thead><tr>{head}</tr></thead>"
-        f"<tbody>{''.join(body)}</tbody></table></div>" + (f"<ul class='notes'>{notes}</ul>" if notes else "")
+        f"<tbody>{''.join(body)}</tbody></table></div>" + _notes_html(rows)
     )
+
+
+def paged_table_html(rows: Rows, page: int = PAGE_ROWS) -> str:
+    """A long table: its cells as compact JSON (with the columns to right-align and the cells to mark) and an
+    empty body that a script fills ``page`` rows at a time, with a filter box and previous/next buttons."""
+    marks = {}
+    for i, row in enumerate(rows.rows):
+        marked = {
+            j: cls for j, (h, cell) in enumerate(zip(rows.headers, row, strict=True)) if (cls := _cell_class(h, cell))
+        }
+        if marked:
+            marks[i] = marked
+    num = [j for j, h in enumerate(rows.headers) if h in rows.right]
+    data = {"page": page, "num": num, "marks": marks, "rows": rows.rows}
+    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    head = "".join(f"<th>{escape(h)}</th>" for h in rows.headers)
+    return (
+        f"<h3>{escape(rows.title)}</h3><div class='paged'><p class='pager'>"
+        "<input type='search' placeholder='filter: words every row shown must hold'> "
+        "<button class='prev'>previous</button> <button class='next'>next</button> <span class='shown'></span></p>"
+        f"<div class='scroll'><table><thead><tr>{head}</tr></thead><tbody></tbody></table></div>"
+        f'<script type="application/json">{payload}</script><script>{PAGED_JS}</script></div>' + _notes_html(rows)
+    )
+
+
+def _cell_class(header: str, cell: str) -> str:
+    return "bad" if bad(header, cell) else "tie" if cell == TIE_TEXT else ""
+
+
+def _notes_html(rows: Rows) -> str:
+    notes = "".join(f"<li>{escape(n)}</li>" for n in rows.notes)
+    return f"<ul class='notes'>{notes}</ul>" if notes else ""
 
 
 def figure_html(fig: go.Figure, div_id: str) -> str:

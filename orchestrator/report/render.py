@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.report.cells import markdown_table, rich_table
+from orchestrator.report.cells import SCREENFUL, clipped, markdown_table, rich_table
 from orchestrator.report.models import Report, Summary
 from orchestrator.report.summary import device_model
 from orchestrator.report.views import (
@@ -48,12 +48,24 @@ def summary_table(summary: Summary) -> Table:
 
 
 def print_report(console: Console, report: Report, results: bool = True) -> None:
-    """The whole report on a terminal: warnings first, the results, then the summary."""
+    """The whole report on a terminal: warnings first, the results, then the summary.
+
+    Past a screenful (``SCREENFUL``) of results the table of results is left out, and each summary table
+    shows its first rows and says how many more there are and how to see them all (``--format markdown``,
+    ``--format csv``): the device tables, a row per configuration, are the aggregates that stay.
+    """
     for line in headline(report)[:-1]:
         console.print(Text(line, style="bold yellow"), soft_wrap=True)
-    if results:
+    many = len(report.results) > SCREENFUL
+    if results and not many:
         console.print(results_table(report.results, title=report.name, calibration=report.environment.calibration))
+    elif results:
+        console.print(
+            Text(f"{report.name}: {len(report.results):,} results, one row each with --format csv (or markdown)"),
+            soft_wrap=True,
+        )
     for view in views(report):
+        view = clipped(view, rest="every row with --format markdown, every result with --format csv") if many else view
         console.print(rich_table(view))
         for note in view.notes:
             console.print(Text(f"  {note}"), soft_wrap=True)

@@ -8,14 +8,15 @@ Imports run one way: ``mapping`` (how compilebench's fields are named there), th
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Final
 
 from orchestrator.report.export.harness_csv import COLUMNS, csv_text
 from orchestrator.report.export.mapping import ExportError
-from orchestrator.report.export.pytorch_v3 import records
+from orchestrator.report.export.pytorch_v3 import Record, iter_records, records
 from orchestrator.report.models import Report
 
-__all__ = ["COLUMNS", "FORMATS", "ExportError", "check_format", "csv_text", "export_text", "records"]
+__all__ = ["COLUMNS", "FORMATS", "ExportError", "check_format", "csv_text", "export_chunks", "export_text", "records"]
 
 FORMATS: Final = ("pytorch-v3", "csv")
 
@@ -31,13 +32,36 @@ def export_text(
     """The report as text in ``format``: a JSON list of v3 records, or the harness's CSV. ``repo``,
     ``head_branch`` and ``head_sha`` go in the v3 records' top level (the CSV has no place for them).
     Raises ``ExportError`` for an unknown format, or a report whose time stamp is not ISO 8601."""
+    return "".join(export_chunks(report, format, repo=repo, head_branch=head_branch, head_sha=head_sha))
+
+
+def export_chunks(
+    report: Report,
+    format: str,
+    *,
+    repo: str | None = None,
+    head_branch: str | None = None,
+    head_sha: str | None = None,
+) -> Iterator[str]:
+    """``export_text`` in pieces, a v3 record at a time (the text of ``json.dumps`` of the whole list, indented
+    by 2): the records of 100,000 results are over a gigabyte of text, written as they are made. Raises
+    ``ExportError`` as ``export_text`` does, before the first piece."""
     check_format(format)
-    if format == "pytorch-v3":
-        found = records(report, repo=repo, head_branch=head_branch, head_sha=head_sha)
-        return json.dumps(found, indent=2, allow_nan=False) + "\n"
     if format == "csv":
-        return csv_text(report)
-    raise AssertionError(format)  # check_format admits only the formats above
+        return iter([csv_text(report)])
+    found = iter_records(report, repo=repo, head_branch=head_branch, head_sha=head_sha)
+    first = next(found, None)  # the time stamp is checked here, before anything is written
+    return _json_list(first, found)
+
+
+def _json_list(first: Record | None, rest: Iterator[Record]) -> Iterator[str]:
+    if first is None:
+        yield "[]\n"
+        return
+    yield "[\n  " + json.dumps(first, indent=2, allow_nan=False).replace("\n", "\n  ")
+    for record in rest:
+        yield ",\n  " + json.dumps(record, indent=2, allow_nan=False).replace("\n", "\n  ")
+    yield "\n]\n"
 
 
 def check_format(format: str) -> None:

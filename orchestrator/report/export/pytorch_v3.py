@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -41,11 +41,17 @@ def records(
 ) -> list[Record]:
     """Every result's records, in the report's order. ``repo``, ``head_branch``, ``head_sha``: the change
     the run measured (a report does not know it; a CI job does); omitted where not given."""
+    return list(iter_records(report, repo=repo, head_branch=head_branch, head_sha=head_sha))
+
+
+def iter_records(
+    report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
+) -> Iterator[Record]:
+    """``records``, one result's at a time: 100,000 results are a million records, never all held."""
     top: Record = {"timestamp": _unix_seconds(report.created_at), "schema_version": SCHEMA_VERSION, "name": report.name}
     top |= {k: v for k, v in (("repo", repo), ("head_branch", head_branch), ("head_sha", head_sha)) if v}
     runs = Counter(r.experiment_id for r in report.results)
     nodes = {n.node_id: n for n in report.environment.nodes}
-    out: list[Record] = []
     for result in report.results:
         shared = top | {
             "benchmark": _benchmark(result, runs[result.experiment_id]),
@@ -54,8 +60,7 @@ def records(
             "dependencies": _dependencies(result, report.environment),
             "runners": _runners(result, nodes),
         }
-        out.extend(shared | {"metric": metric} for metric in metrics(result))
-    return out
+        yield from (shared | {"metric": metric} for metric in metrics(result))
 
 
 def metrics(result: Result) -> list[Record]:

@@ -1,0 +1,181 @@
+"""The read side at 5,000 results: what keeps each command within its bounds at 100,000 (``benchmarks/read_scale.py``
+times them), asserted as behaviour: the compressed report keeps every sample bit for bit and old versions
+still read; past a screenful, validate summarises, the terminal clips its tables and the page pages its
+tables; history reads the history files beside the reports, not the reports; compare and export say the
+same whichever way a report is kept."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+import orchestrator.report.history as history_module
+from orchestrator.cli import app
+from orchestrator.plan.listing import SCREENFUL
+from orchestrator.report import SCHEMA_VERSION, Report, read, write_report
+from orchestrator.report.compare import Thresholds, as_json, compare
+from orchestrator.report.export import export_text, records
+from orchestrator.report.html import render_html
+from orchestrator.report.io import history_path
+from orchestrator.report.page import PAGE_ROWS
+from tasks.models import Result
+from tests.report_data import make_report, make_result
+
+N = 5_000
+DATA = Path(__file__).parent / "data"
+
+
+def _results(n: int, seed: int) -> list[Result]:
+    """``n`` results of 50 targets x 25 shapes x 2 configurations (and replicates), 3% failed, each with 20
+    samples a side drawn at full double precision."""
+    rng = np.random.default_rng(seed)
+    templates = {
+        (backend, failed): make_result(
+            "seed.foo3", status="compile_error" if failed else "ok", backend=backend, speedup=None if failed else 2.0
+        )
+        for backend in ("inductor", "aot_eager")
+        for failed in (False, True)
+    }
+    out = []
+    for i in range(n):
+        t = templates[("inductor", "aot_eager")[i % 2], i % 33 == 0]
+        eager = t.eager.model_copy(update={"samples_ms": (1.0 + rng.random(20)).tolist()}) if t.eager else None
+        out.append(
+            t.model_copy(
+                update={
+                    "experiment_id": f"{seed:02d}{i:010x}",
+                    "target": f"t{(i // 2) % 50}",
+                    "params": {"shape": (i // 100) % 25},
+                    "replicate": i // 2500,
+                    "eager": eager,
+                }
+            )
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def kept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One report of 5,000 results written compressed and as plain JSON, and a second compressed one."""
+    folder = tmp_path_factory.mktemp("scale")
+    base = make_report(_results(N, 1), name="base")
+    paths = {"gz": folder / "base.json.gz", "plain": folder / "plain" / "base.json", "new": folder / "new.json.gz"}
+    write_report(base, paths["gz"])
+    write_report(base, paths["plain"])
+    write_report(make_report(_results(N, 2), name="new"), paths["new"])
+    return paths
+
+
+def _bits(report: Report) -> list[bytes]:
+    return [struct.pack("<d", v) for r in report.results if r.eager for v in r.eager.samples_ms]
+
+
+def test_the_compressed_report_keeps_every_sample_bit_for_bit_and_is_much_smaller(kept):
+    plain, packed = read(kept["plain"]), read(kept["gz"])
+    assert kept["gz"].read_bytes()[:2] == b"\x1f\x8b"
+    assert len(_bits(packed)) == N * 20 - sum(1 for r in packed.results if not r.eager) * 20
+    assert _bits(packed) == _bits(plain)
+    assert packed == plain and packed.schema_version == SCHEMA_VERSION == 3
+    assert kept["gz"].stat().st_size * 4 < kept["plain"].stat().st_size
+    # the text inside is the report's own compact JSON, field for field
+    assert gzip.decompress(kept["gz"].read_bytes()) == bytes(plain.model_dump_json() + "\n", "utf-8")
+
+
+def test_a_compressed_report_reads_whatever_its_name_and_from_a_store(kept, tmp_path):
+    renamed = tmp_path / "renamed.json"
+    renamed.write_bytes(kept["gz"].read_bytes())
+    assert read(renamed) == read(kept["gz"])
+    small = make_report(_results(50, 4))
+    write_report(small, "memory://scale/r.json.gz")
+    assert read("memory://scale/r.json.gz") == small
+
+
+def test_versions_1_and_2_still_read_as_the_current_version(tmp_path):
+    for name in ("seed-v1.json", "seed-cpu.json"):  # written by schema versions 1 and 2
+        assert read(DATA / name).schema_version == SCHEMA_VERSION
+    data = json.loads((DATA / "seed-cpu.json").read_text())
+    assert data["schema_version"] == 2
+    packed = tmp_path / "v2.json.gz"
+    packed.write_bytes(gzip.compress(json.dumps(data).encode()))  # a version 2 report compressed by hand
+    assert read(packed) == read(DATA / "seed-cpu.json")
+
+
+def test_validate_summarises_past_a_screenful_and_lists_every_row_when_asked(tmp_path):
+    spec = tmp_path / "big.yaml"
+    sweep = {"params.shape": [[8 * k, 8] for k in range(1, 51)], "compile.mode": ["default", "max-autotune"]}
+    sweep["seed"] = list(range(5))
+    spec.write_text(yaml.safe_dump({"name": "big", "experiments": [{"target": "seed.foo3", "sweep": sweep}]}))
+    runner = CliRunner()
+    summary = runner.invoke(app, ["validate", str(spec)])
+    assert summary.exit_code == 0, summary.output
+    assert "500 experiments, by target and configuration" in summary.output
+    assert "250" in summary.output and "shape: 50 values" in summary.output and "--all" in summary.output
+    assert len(summary.output.splitlines()) < SCREENFUL
+    every = runner.invoke(app, ["validate", str(spec), "--all"])
+    ids = json.loads(runner.invoke(app, ["validate", str(spec), "--format", "json"]).output)
+    assert len(ids) == 500 and {row["config"] for row in ids} == {"inductor", "inductor:max-autotune"}
+    assert all(row["id"] in every.output for row in ids)
+
+
+def test_the_terminal_clips_every_table_and_says_where_every_row_is(kept):
+    result = CliRunner().invoke(app, ["report", str(kept["gz"])])
+    assert result.exit_code == 0, result.output
+    assert "5,000 results, one row each with --format csv" in result.output
+    assert re.search(r"first 40 of [\d,]+ rows; every row with --format markdown", result.output)
+    assert len(result.output.splitlines()) < 2_000  # not a row a result
+    csv_rows = CliRunner().invoke(app, ["report", str(kept["gz"]), "--format", "csv"]).output.splitlines()
+    assert len(csv_rows) == N + 1
+
+
+def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(kept):
+    page = render_html(read(kept["gz"]))
+    assert page.count("<tr>") <= 10 * (PAGE_ROWS + 1)
+    tables = re.findall(r'<script type="application/json">(\{"page".*?)</script>', page)
+    rows = [json.loads(t)["rows"] for t in tables]
+    assert max(len(r) for r in rows) == N  # every result, drawn a page at a time in the browser
+    assert "<input type='search'" in page
+
+
+def test_history_reads_the_history_files_not_the_reports(tmp_path, monkeypatch):
+    paths = [tmp_path / f"nightly-{k}.json.gz" for k in range(3)]
+    for k, path in enumerate(paths):
+        write_report(make_report(_results(60, k), name=path.name), path)
+    reads: list[str] = []
+    real = history_module.read
+
+    def counted(path):
+        reads.append(str(path))
+        return real(path)
+
+    monkeypatch.setattr(history_module, "read", counted)
+    found, count = history_module.history_of([str(tmp_path)])
+    assert count == 3 and reads == []
+    assert history_path(paths[0]).name == "nightly-0.history.json"
+    # the same series as from the reports read whole
+    assert found == history_module.build_history([(str(p), real(p)) for p in paths])
+    # a report replaced without its history file (another size) is read whole
+    write_report(make_report(_results(30, 9)), paths[1])
+    history_path(paths[1]).write_bytes(history_path(paths[0]).read_bytes())
+    history_module.history_of([str(tmp_path)])
+    assert reads == [str(paths[1])]
+
+
+def test_compare_says_the_same_of_a_compressed_report(kept):
+    """The compressed report reads as the same model as the plain one (the first test), so every command says the
+    same of it; compare, once, on the two reports of 5,000 results."""
+    plain, packed, new = read(kept["plain"]), read(kept["gz"]), read(kept["new"])
+    assert as_json(compare(plain, new, Thresholds())) == as_json(compare(packed, new, Thresholds()))
+
+
+def test_export_streams_the_same_text_as_the_whole_list():
+    report = make_report(_results(120, 3))
+    assert export_text(report, "pytorch-v3") == json.dumps(records(report), indent=2, allow_nan=False) + "\n"
+    assert export_text(make_report([]), "pytorch-v3") == "[]\n"

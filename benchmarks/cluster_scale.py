@@ -50,6 +50,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.big_spec import spec_of  # noqa: E402
 from benchmarks.simulated_cluster import Scenario, SimPool  # noqa: E402
 from orchestrator.api import DEFAULT_PENDING_TIMEOUT_S, make_plan, settled_heap, write  # noqa: E402
 from orchestrator.execution.cluster import ClusterInfo  # noqa: E402
@@ -65,28 +66,6 @@ RESUME_GOAL_S = 10.0  # launch to first dispatch, resuming a journal of half the
 REPORT_GOAL_S = 10.0  # the journal read and the report written, once the sweep is done
 KEEP_UP_GPUS = 256  # GPUs finishing 1-s experiments: 256 results a second
 KEEP_UP_SIM_S = 120.0  # simulated seconds of the keep-up phase
-MODES = ["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "lite"]
-
-
-def spec_of(n: int) -> dict[str, Any]:
-    """A spec whose one entry sweeps to ``n`` experiments (a multiple of 100): shapes, modes, fullgraph, seeds."""
-    if n % 100:
-        raise SystemExit("--experiments must be a multiple of 100")
-    return {
-        "name": f"cluster-scale-{n}",
-        "defaults": {"device": "cuda", "timing": {"warmup": 3, "repeats": 10}},
-        "experiments": [
-            {
-                "target": "seed.foo3",
-                "sweep": {
-                    "params.shape": [[64 * (i + 1), 64 * (i + 1)] for i in range(10)],
-                    "compile.mode": MODES,
-                    "compile.fullgraph": [False, True],
-                    "seed": list(range(n // 100)),
-                },
-            }
-        ],
-    }
 
 
 # -- one phase, in a process of its own ---------------------------------------------------------
@@ -261,13 +240,13 @@ def main() -> None:
     folder = args.keep or Path(tempfile.mkdtemp(prefix="compilebench-cluster-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / "sweep.yaml"
-    spec.write_text(yaml.safe_dump(spec_of(args.experiments), sort_keys=False))
+    spec.write_text(yaml.safe_dump(spec_of(args.experiments, "cluster-scale", "cuda"), sort_keys=False))
     sweep = phase("sweep", spec, folder / "sweep.json", args, args.profile)
     phase("kill", spec, folder / "resumed.json", args)
     resumed = phase("resume", spec, folder / "resumed.json", args)
     fast_n = int(KEEP_UP_GPUS * KEEP_UP_SIM_S) // 100 * 100
     fast_spec = folder / "keep-up.yaml"
-    fast_spec.write_text(yaml.safe_dump(spec_of(fast_n), sort_keys=False))
+    fast_spec.write_text(yaml.safe_dump(spec_of(fast_n, "cluster-scale", "cuda"), sort_keys=False))
     fast = phase("keep-up", fast_spec, folder / "keep-up.json", args)
     print_table(args, sweep, resumed, fast, folder)
 

@@ -40,18 +40,20 @@ from typing import Any
 
 import yaml
 
-import orchestrator.report.io as report_io
-from orchestrator.report import read, summarize, write_report
-from orchestrator.report.models import Report
-from tasks.models import Result
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.append(str(ROOT))  # for benchmarks.big_spec; last, so that PYTHONPATH=OLD_CHECKOUT still picks the code
+
+import orchestrator.report.io as report_io  # noqa: E402
+from benchmarks.big_spec import spec_of  # noqa: E402
+from orchestrator.report import read, summarize, write_report  # noqa: E402
+from orchestrator.report.models import Report  # noqa: E402
+from tasks.models import Result  # noqa: E402
+
 TEMPLATES = [ROOT / "tests/data/seed-cpu.json", *sorted((ROOT / "tests/data/compile-cache").glob("local-*.json"))]
 GOAL_S = 10.0  # issue 28: every read-side command, whole process, on the 2-core machine
 GOAL_BYTES = 2 * 1024**3  # issue 28: peak resident memory of each command
 FILE_GOAL_BYTES = 100 * 1000**2  # issue 28: the report on disk at 100,000 results
 NOISE = 0.01  # relative standard deviation of the noise put on each copy's timings
-MODES = ["default", "reduce-overhead", "max-autotune-no-cudagraphs", "max-autotune", "lite"]
 CLI = [sys.executable, "-c", "from orchestrator.cli import main; main()"]
 
 
@@ -130,25 +132,6 @@ def build(path: Path, base: list[dict[str, Any]], n: int, seed: int, created: da
     gc.enable()
 
 
-def spec_of(n: int) -> dict[str, Any]:
-    """A spec whose one entry sweeps to ``n`` experiments (a multiple of 100)."""
-    return {
-        "name": f"read-scale-{n}",
-        "defaults": {"device": "auto", "timing": {"warmup": 3, "repeats": 10}},
-        "experiments": [
-            {
-                "target": "seed.foo3",
-                "sweep": {
-                    "params.shape": [[64 * (i + 1), 64 * (i + 1)] for i in range(10)],
-                    "compile.mode": MODES,
-                    "compile.fullgraph": [False, True],
-                    "seed": list(range(n // 100)),
-                },
-            }
-        ],
-    }
-
-
 def timed(args: list[str], cwd: Path) -> tuple[float, float, int, int]:
     """Wall seconds, CPU seconds (user + system), peak RSS in bytes and exit status of one command run to its
     end, output discarded: measured by ``/usr/bin/time``, whose own child is the command (a child of this
@@ -207,7 +190,7 @@ def main() -> None:
             size = paths[0].stat().st_size
             sizes.append(f"| report file on disk ({paths[0].name}) | {n:,} | {size / 1000**2:,.1f} MB |")
             spec = folder / "spec.yaml"
-            spec.write_text(yaml.safe_dump(spec_of(n)))
+            spec.write_text(yaml.safe_dump(spec_of(n, "read-scale", "auto")))
             label = f"{n:,}"
             run("validate", "`validate` of a spec that expands to N", label, ["validate", str(spec)])
             run("report", "`report` (terminal)", label, ["report", str(paths[0])])

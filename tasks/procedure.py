@@ -156,18 +156,7 @@ def _run(
     timer = timer or timer_for(device, exp.timing)
     draft.device = "cuda" if device.type == "cuda" else "cpu"
     draft.worker = worker_info(device, placement, before)
-    measurement = draft.measurement = Measurement(
-        timer=timer.method,  # type: ignore[arg-type]
-        flush_l2=exp.timing.flush_l2 and device.type == "cuda",
-        cudagraphs=exp.compile.cudagraphs and device.type == "cuda",
-        cache=exp.compile.cache,
-        cache_dir=iso.cache_dir,
-        fresh_process=before == 0,
-        cores=iso.cores,
-        exclusive_cores=iso.exclusive,
-        compile_threads=iso.compile_threads,
-        allocator=iso.allocator,
-    )
+    measurement = draft.measurement = measurement_for(exp, device, timer.method, iso, before)
     try:
         precision.check_supported(exp.precision, device)
     except precision.PrecisionError as e:
@@ -350,6 +339,24 @@ def resolve_device(requested: str) -> torch.device:
     if requested == "cpu" or not has_cuda:
         return torch.device("cpu")
     return torch.device("cuda", 0)  # the one device Ray made visible to this process
+
+
+def measurement_for(exp: Experiment, device: torch.device, timer: str, iso: Isolation, before: int) -> Measurement:
+    """How an experiment is measured here: its timer, L2 flush and CUDA graphs on this device, its compile
+    cache, whether its process is fresh (``before``: experiments the process ran before it), and what the
+    isolation gave it (cores, cache directory, compile threads, the C allocator's setting)."""
+    return Measurement(
+        timer=timer,  # type: ignore[arg-type]
+        flush_l2=exp.timing.flush_l2 and device.type == "cuda",
+        cudagraphs=exp.compile.cudagraphs and device.type == "cuda",
+        cache=exp.compile.cache,
+        cache_dir=iso.cache_dir,
+        fresh_process=before == 0,
+        cores=iso.cores,
+        exclusive_cores=iso.exclusive,
+        compile_threads=iso.compile_threads,
+        allocator=iso.allocator,
+    )
 
 
 def worker_info(device: torch.device, placement: Placement, experiments_before: int) -> WorkerInfo:

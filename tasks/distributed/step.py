@@ -60,7 +60,7 @@ from tasks.isolation import isolate
 from tasks.metadata import inductor_options
 from tasks.models import ErrorInfo, Experiment, Measurement, RankFigures, Status
 from tasks.phases import PhaseRun
-from tasks.procedure import Placement, resolve_device, worker_info
+from tasks.procedure import Placement, measurement_for, resolve_device, worker_info
 from tasks.sides import recompile_verdict, time_sides
 from tasks.targets import build, copy_inputs, resolve
 from tasks.timers import CUDAGRAPH_MIN_WARMUP, timer_for
@@ -167,18 +167,7 @@ def run_rank(exp: Experiment, placement: Placement, rank: int, world_size: int, 
             out.worker = worker_info(gang.device, placement, before)
             out.inductor_options = inductor_options(exp.compile)
             timer = GangTimer(timer_for(gang.device, exp.timing), gang.device)
-            out.measurement = Measurement(
-                timer=timer.method,  # type: ignore[arg-type]
-                flush_l2=exp.timing.flush_l2 and gang.device.type == "cuda",
-                cudagraphs=exp.compile.cudagraphs and gang.device.type == "cuda",
-                cache=exp.compile.cache,
-                cache_dir=iso.cache_dir,
-                fresh_process=before == 0,
-                cores=iso.cores,
-                exclusive_cores=iso.exclusive,
-                compile_threads=iso.compile_threads,
-                allocator=iso.allocator,
-            )
+            out.measurement = measurement_for(exp, gang.device, timer.method, iso, before)
             with precision.active(exp.precision, gang.device), phases.grad_mode("training"):
                 measure(exp, gang, timer, out.measurement)
             out.measurement.exclusive_cores = out.measurement.exclusive_cores and iso.still_exclusive()

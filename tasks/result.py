@@ -448,7 +448,13 @@ class Result(BaseModel):
 
     @property
     def config_label(self) -> str:
-        return self.compile.label()
+        """The configuration the result is ranked as in its group: its compile configuration and, for a
+        distributed result, the strategy's options (``inductor+optimize_ddp=off``); the strategy and world
+        size are its group's (``models.gpt training ddp x2``)."""
+        if self.distributed is None:
+            return self.compile.label()
+        options = self.distributed.config.label().split("+")[1:]  # after "ddp x2"
+        return "+".join([self.compile.label(), *options])
 
 
 def result_identity(exp: Experiment) -> dict[str, Any]:

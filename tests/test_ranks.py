@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrator.report.history import build_history
 from orchestrator.report.html import render_html
-from orchestrator.report.models import config_label, gang_label, result_group
+from orchestrator.report.models import gang_label, result_group
 from orchestrator.report.ranks import rank_rows, scaling, scaling_rows
 from orchestrator.report.views import views
 from tasks.models import DistributedConfig, DistributedResult, RankFigures, Result
@@ -53,7 +53,7 @@ def test_world_sizes_are_groups_of_their_own_and_options_are_configurations():
     single.phase = "training"
     assert gang_label(two) == "ddp x2" and gang_label(single) is None
     assert result_group(two) == "models.gpt training ddp x2"
-    assert config_label(reducer) == "inductor+optimize_ddp=off" and config_label(two) == "inductor"
+    assert reducer.config_label == "inductor+optimize_ddp=off" and two.config_label == "inductor"
     summary = make_report([single, one, two, reducer]).summary
     labels = [g.label for g in summary.groups]
     assert labels == ["models.gpt training", "models.gpt training ddp x1", "models.gpt training ddp x2"]

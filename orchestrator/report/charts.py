@@ -14,7 +14,7 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Final
 
-from orchestrator.report.models import Report, config_label, result_group
+from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import COLORS, escape
 from orchestrator.report.ranks import distributed, scaling
 from orchestrator.report.replay import traffic_groups
@@ -45,10 +45,10 @@ def speedup_figures(report: Report) -> list[go.Figure]:
     figures = []
     speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
-        configs = list(dict.fromkeys(config_label(r) for r in rs))
+        configs = list(dict.fromkeys(r.config_label for r in rs))
         fig = go.Figure()
         for i, config in enumerate(configs):
-            mine = [r for r in rs if config_label(r) == config]
+            mine = [r for r in rs if r.config_label == config]
             speedups = [r.speedup or 0.0 for r in mine]
             fig.add_trace(
                 go.Bar(
@@ -220,11 +220,11 @@ def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
         for j, (r, rp) in enumerate(group):
             color = COLORS[j % len(COLORS)]
             bars.add_trace(
-                go.Bar(name=config_label(r), x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
+                go.Bar(name=r.config_label, x=sizes, y=[s.compiled_ms for s in rp.per_shape], marker_color=color)
             )
             curves.add_trace(
                 go.Scatter(
-                    name=config_label(r),
+                    name=r.config_label,
                     x=rp.cumulative_at,
                     y=[ms / 1e3 for ms in rp.cumulative_ms.get("compiled", [])],
                     mode="lines",
@@ -265,7 +265,7 @@ def compile_figure(report: Report) -> go.Figure:
         fig.add_trace(
             go.Box(
                 name=f"{cache} cache",
-                x=[config_label(r).removesuffix("+cold") for r in rs],
+                x=[r.config_label.removesuffix("+cold") for r in rs],
                 y=[r.compile_latency_s for r in rs],
                 text=[f"{result_group(r)} ({cache_text(r)})" for r in rs],
                 boxpoints="all",
@@ -312,7 +312,7 @@ def times_figure(report: Report) -> go.Figure:
                 y=ys,
                 mode="markers",
                 marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
-                text=[f"{result_group(r)} [{config_label(r)}] {r.speedup or 0:.2f}x" for r in rs],
+                text=[f"{result_group(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs],
                 hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
             )
         )
@@ -347,7 +347,7 @@ def rank_figure(report: Report) -> go.Figure | None:
     if not rows:
         return None
     fig = go.Figure()
-    labels = [f"{result_group(r)} [{config_label(r)}] rank {rank.rank}" for r, rank in rows]
+    labels = [f"{result_group(r)} [{r.config_label}] rank {rank.rank}" for r, rank in rows]
     for i, side in enumerate(("eager", "compiled")):
         values = [getattr(rank, side).median_ms if getattr(rank, side) else None for _, rank in rows]
         fig.add_trace(go.Bar(name=side, x=labels, y=values, marker_color=COLORS[i]))

@@ -46,7 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
-from orchestrator.report.models import ConfigDecision, Decision, Ranked, config_label
+from orchestrator.report.models import ConfigDecision, Decision, Ranked
 from tasks.models import Result
 
 EAGER = "eager"
@@ -252,7 +252,7 @@ def cold_twin(results: Sequence[Result]) -> str | None:
     if not results or any(r.compile.cache != "warm" for r in results):
         return None
     cold = results[0].compile.model_copy(update={"cache": "cold"})
-    return config_label(results[0].model_copy(update={"compile": cold}))
+    return results[0].model_copy(update={"compile": cold}).config_label
 
 
 def cold_twins(configs: Mapping[str, Sequence[Result]]) -> list[tuple[str, str]]:

@@ -22,7 +22,7 @@ from orchestrator.report.charts import (
     speedup_figures,
     times_figure,
 )
-from orchestrator.report.models import Report, config_label, result_group
+from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
 from orchestrator.report.views import failures_rows, headline, results_rows, ship_rows, views
 from tasks.text import first_line
@@ -114,8 +114,8 @@ def samples_data(report: Report) -> list[dict[str, Any]]:
         ]
         if not sides:
             continue
-        title = f"{result_group(r)} [{config_label(r)}]: {r.status}" + (f", {r.speedup:.2f}x" if r.speedup else "")
-        out.append({"label": f"{result_group(r)} [{config_label(r)}]", "title": title, "sides": sides})
+        title = f"{result_group(r)} [{r.config_label}]: {r.status}" + (f", {r.speedup:.2f}x" if r.speedup else "")
+        out.append({"label": f"{result_group(r)} [{r.config_label}]", "title": title, "sides": sides})
         if len(out) == MAX_SAMPLE_RESULTS:
             break
     return out
@@ -167,7 +167,7 @@ def _failures(report: Report) -> str:
         message = error.message if error else (r.check_note or "")
         kind = error.type if error else "-"
         rows.append(
-            f"<tr><td>{escape(result_group(r))}</td><td>{escape(config_label(r))}</td>"
+            f"<tr><td>{escape(result_group(r))}</td><td>{escape(r.config_label)}</td>"
             f"<td class='bad'>{escape(r.status)}</td><td>{escape(kind)}</td>"
             f"<td><details><summary>{escape(first_line(message, limit=120))}</summary>"
             f"<pre>{escape(message)}</pre></details></td></tr>"
@@ -189,7 +189,7 @@ def _traces(report: Report) -> str:
         page = _link(trace.html, "tlparse") if trace.html else "-"
         note = f"<span class='bad'>{escape(trace.error)}</span>" if trace.error else ""
         rows.append(
-            f"<tr><td>{escape(result_group(r))}</td><td>{escape(config_label(r))}</td>"
+            f"<tr><td>{escape(result_group(r))}</td><td>{escape(r.config_label)}</td>"
             f"<td class='num'>{r.replicate}</td>"
             f"<td>{folder}</td><td>{logs}</td><td class='num'>{trace.bytes / 1024:.0f} KiB</td><td>{page}</td>"
             f"<td>{note}</td></tr>"

@@ -209,15 +209,6 @@ def gang_label(r: Result) -> str | None:
     return f"{r.distributed.config.strategy} x{r.distributed.config.world_size}"
 
 
-def config_label(r: Result) -> str:
-    """The configuration a result is ranked as in its group: its compile configuration (``Result.config_label``)
-    and, for a distributed result, the strategy's options (``inductor+optimize_ddp=python_reducer``)."""
-    if r.distributed is None:
-        return r.config_label
-    options = r.distributed.config.label().split("+")[1:]  # after "ddp x2", which the group says
-    return "+".join([r.config_label, *options])
-
-
 def result_group(r: Result) -> str:
     """The label of the group a result belongs to (``group_label`` of its target, params, phase, precision and,
     distributed, strategy and world size)."""

@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.report.models import Report, config_label, gang_label
+from orchestrator.report.models import Report, gang_label
 from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
 from tasks.models import Phase, Precision, Result
 
@@ -108,7 +108,7 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
         params = json.dumps(r.params, sort_keys=True, default=str)
         model = device_model(r) or UNKNOWN_DEVICE
         gang = gang_label(r)  # a distributed result's series is its world size's
-        config = config_label(r) + (f" {gang}" if gang else "")
+        config = r.config_label + (f" {gang}" if gang else "")
         thing = (r.target, params, config, model, r.phase, r.precision)
         for metric in METRICS:
             value = metric_value(r, metric)

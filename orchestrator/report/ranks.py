@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestrator.report.cells import Rows, figure, ms, seconds, times
-from orchestrator.report.models import config_label, group_label, result_group
+from orchestrator.report.models import group_label, result_group
 from tasks.models import RankFigures, Result, SideTiming
 
 RANKS_NOTE = (
@@ -60,7 +60,7 @@ def rank_rows(results: Sequence[Result]) -> Rows:
             rows.append(
                 [
                     result_group(r),
-                    config_label(r),
+                    r.config_label,
                     str(rank.rank),
                     rank.hostname or "-",
                     ",".join(rank.gpu_ids) or "-",
@@ -76,7 +76,7 @@ def rank_rows(results: Sequence[Result]) -> Rows:
                     status,
                 ]
             )
-        notes += [f"{result_group(r)} [{config_label(r)}]: {d}" for d in r.distributed.disagreements]
+        notes += [f"{result_group(r)} [{r.config_label}]: {d}" for d in r.distributed.disagreements]
     right = {"rank", "eager ms", "compiled ms", "speedup", "compile s", "graphs", "breaks", "ddp splits", "recompiles"}
     return Rows("ranks of distributed experiments", headers, rows, right, notes if rows else [])
 
@@ -128,7 +128,7 @@ def scaling(results: Sequence[Result]) -> list[Series]:
         if r.status != "ok":
             continue
         config = r.distributed.config
-        key = (json.dumps([r.target, r.params, r.phase, r.precision], default=str), config.strategy, config_label(r))
+        key = (json.dumps([r.target, r.params, r.phase, r.precision], default=str), config.strategy, r.config_label)
         labels.setdefault(key, group_label(r.target, r.params, r.phase, r.precision, config.strategy))
         by_series.setdefault(key, {}).setdefault(config.world_size, []).append(r)
     out = []

@@ -24,7 +24,6 @@ from orchestrator.report.models import (
     Ranked,
     Recompiled,
     Summary,
-    config_label,
     gang_label,
     group_label,
     traffic_label,
@@ -93,7 +92,7 @@ def summarize(results: Sequence[Result]) -> Summary:
     counts = Counter({status: 0 for status in get_args(Status)})
     counts.update(r.status for r in results)
     recompiled = [
-        Recompiled(experiment_id=r.experiment_id, target=r.target, config=config_label(r), reasons=r.recompile_reasons)
+        Recompiled(experiment_id=r.experiment_id, target=r.target, config=r.config_label, reasons=r.recompile_reasons)
         for r in results
         if r.recompiled
     ]
@@ -271,7 +270,7 @@ class _GroupData:
         self.why: dict[str, str] = {}  # the others: why their first result is not a valid timing
 
     def add(self, r: Result) -> None:
-        config = config_label(r)
+        config = r.config_label
         self.results.append(r)
         self.configs.setdefault(config, []).append(r)
         if valid_timing(r):

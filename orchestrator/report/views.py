@@ -21,7 +21,6 @@ from orchestrator.report.models import (
     Ranked,
     Report,
     Summary,
-    config_label,
     result_group,
 )
 from orchestrator.report.ranks import rank_rows, scaling_rows
@@ -106,7 +105,7 @@ def results_rows(results: Sequence[Result], title: str = "results", calibration:
         row = [result_group(r)]
         if len(models) > 1:
             row.append(device_model(r) or "-")
-        row.append(config_label(r))
+        row.append(r.config_label)
         if replicated:
             row.append(f"r{r.replicate}")
         row += [
@@ -378,7 +377,7 @@ def failures_rows(results: Sequence[Result]) -> Rows:
     rows = [
         [
             result_group(r),
-            config_label(r),
+            r.config_label,
             r.status,
             r.error.type.rsplit(".", 1)[-1] if r.error else "-",
             first_line(r.error.message, limit=160) if r.error else (r.check_note or ""),

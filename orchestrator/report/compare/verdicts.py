@@ -35,7 +35,7 @@ from orchestrator.report.compare.models import (
 )
 from orchestrator.report.compare.noise import Move, judge
 from orchestrator.report.compile_phases import explain, explanation
-from orchestrator.report.models import config_label, result_group
+from orchestrator.report.models import result_group
 from orchestrator.report.summary import device_model
 from tasks.models import Result
 from tasks.stats import fdr_adjust, geomean, welch_log
@@ -266,7 +266,7 @@ def new_change(
         kind=kind,
         experiment_id=r.experiment_id,
         target=result_group(r),
-        config=config_label(r),
+        config=r.config_label,
         device_model=device_model(r),
         base=base,
         new=new,
@@ -283,7 +283,7 @@ def new_change(
 
 def experiment_label(r: Result) -> str:
     """``target params [config]``, as warnings name an experiment."""
-    return f"{result_group(r)} [{config_label(r)}]"
+    return f"{result_group(r)} [{r.config_label}]"
 
 
 def percent(ratio: float) -> str:

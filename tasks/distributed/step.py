@@ -290,8 +290,6 @@ def judge(exp: Experiment, compiled: Observed, eager: Observed) -> RankCheck:
     orders, and an element can differ by several of its own ULPs where the tensor as a whole agrees."""
     if not exp.check.enabled:
         return RankCheck(note="not checked: check.enabled is false")
-    arithmetic = precision.arithmetic_dtype(exp.precision)
-    tolerances = Tolerances(exp.check.rtol, exp.check.atol, exp.check.reference, True, arithmetic)
-    verdict = compare(compiled, eager, None, tolerances)
+    verdict = compare(compiled, eager, None, Tolerances.of(exp))  # training: distributed experiments train
     mismatch = str(verdict.mismatch) if verdict.mismatch is not None else None
     return RankCheck(correct=verdict.correct, info=verdict.check, note=verdict.note, mismatch=mismatch)

@@ -370,8 +370,8 @@ class Scheduler:
         needs: list[Need | None] = [need for need, q in self.queue.waiting.items() if q]
         if self.queue.unresolved:
             needs.append(None)
+        unfit = self._placement().unfit
         for need in needs:
-            unfit = self._placement().unfit
             if need not in unfit:
                 unfit[need] = why_unfit(need, self.nodes, self.lost.values(), self.broken)
             why = unfit[need]

@@ -108,17 +108,31 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
         cluster.shutdown()
 
 
-# Modules that run whole sweeps in processes of their own (a fresh Ray each) and take the longest: they go
-# first, so that under pytest-xdist (``-n 2 --dist loadfile``) the other worker runs the rest beside them
-# rather than one of them running alone at the end.
-LONGEST_FIRST = ("test_cli.py",)
+# The modules that take longest, longest first (seconds, serial, on the 2-core machine: ``--durations=0``
+# summed per module). Under pytest-xdist (the README's ``-n 2 --dist loadfile --no-loadscope-reorder``) each
+# worker takes the next module as it finishes one, so the long ones start at once, side by side, and the
+# short ones fill in around them instead of one long module running alone at the end.
+LONGEST_FIRST = (
+    "test_cli.py",  # 114 s: the seed sweep through the CLI alone takes 66-100 s
+    "test_runner.py",  # 142 s
+    "test_shared_cache.py",  # 88 s
+    "test_pool.py",  # 61 s
+    "test_resume.py",  # 54 s
+    "test_faults.py",  # 52 s
+    "test_storage.py",  # 51 s
+    "test_gang.py",  # 36 s
+    "test_tracing.py",  # 27 s
+    "test_benchmarks.py",  # 26 s
+    "test_isolation.py",  # 22 s
+    "test_compile_cache_benchmark.py",  # 21 s
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest self-contained modules (``LONGEST_FIRST``) first; then modules that use the session's
+    """The longest modules (``LONGEST_FIRST``) first, in that order; then modules that use the session's
     local instance, those of them that also join a multi-node cluster (they import ``multinode_cluster``;
-    they do it in their last tests) next, then the rest: the local instance is started once, not again
-    after each cluster. Within a module, and within each group, the collection's order."""
+    they do it in their last tests) next, then the rest: in a serial run the local instance is started once,
+    not again after each cluster. Within a module, and within each group, the collection's order."""
 
     def module_of(item: pytest.Item) -> str:
         return item.nodeid.partition("::")[0]
@@ -130,10 +144,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if getattr(getattr(item, "module", None), "multinode_cluster", None) is multinode_cluster:
             clustered.add(module_of(item))
 
-    def rank(module: str) -> int:
-        if Path(module).name in LONGEST_FIRST:
-            return -1
-        return 2 if module not in local else 1 if module in clustered else 0
+    def rank(module: str) -> tuple[int, int]:
+        name = Path(module).name
+        if name in LONGEST_FIRST:
+            return -1, LONGEST_FIRST.index(name)
+        return (2 if module not in local else 1 if module in clustered else 0), 0
 
     position = {module: n for n, module in enumerate(dict.fromkeys(map(module_of, items)))}
     items.sort(key=lambda item: (rank(module_of(item)), position[module_of(item)]))

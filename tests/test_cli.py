@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,7 +79,10 @@ def test_seed_sweep_through_the_cli_matches_the_tutorial(tmp_path):
         assert all(word in proc.stdout for word in column.split())  # a narrow column's header wraps
     assert "warm: hit" in proc.stdout and "cold: miss" in proc.stdout
     assert "11 ok, 1 compile_error" in proc.stdout
-    assert "between runs: configurations with replicates" in proc.stdout and "3 runs" in proc.stdout
+    # seed.foo3's replicated inductor row: 3 runs. Its group's best configuration (where "3 runs" would also
+    # show) is a tie within noise with max-autotune's one run, and either may lead.
+    assert "between runs: configurations with replicates" in proc.stdout
+    assert re.search(r"seed\.foo3 shape=\[4096, 4096\] +│ +inductor +│ +3 │", proc.stdout), proc.stdout
     assert "what to ship" in proc.stdout
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from tasks.experiment import (
     BatchScope,
@@ -25,6 +25,7 @@ from tasks.experiment import (
     DecisionConfig,
     DistributedConfig,
     Experiment,
+    Lean,
     Phase,
     Precision,
     ReplayConfig,
@@ -44,7 +45,7 @@ Status = Literal[
 ]
 
 
-class ErrorInfo(BaseModel):
+class ErrorInfo(Lean):
     """An exception reduced to plain strings, so it survives any process boundary."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -58,7 +59,7 @@ class ErrorInfo(BaseModel):
         return cls(type=f"{kind.__module__}.{kind.__qualname__}", message=str(exc)[:limit])
 
 
-class SampleStats(BaseModel):
+class SampleStats(Lean):
     """What ``tasks.stats.describe`` derives from a list of samples."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -89,7 +90,7 @@ class SideTiming(SampleStats):
     host_bound: bool | None = None
 
 
-class GpuState(BaseModel):
+class GpuState(Lean):
     """What NVML says about the GPU at one moment: the conditions a timer cannot control."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -100,7 +101,7 @@ class GpuState(BaseModel):
     power_w: float | None = None
 
 
-class Measurement(BaseModel):
+class Measurement(Lean):
     """How the numbers of a result were taken, and what the timer could not control."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -123,7 +124,7 @@ class Measurement(BaseModel):
     inputs_mutated: bool = False  # the target mutates its inputs: fresh copies before each call, untimed
 
 
-class Calibration(BaseModel):
+class Calibration(Lean):
     """What one worker's device measured on a fixed probe before its first experiment (``run --calibrate``).
 
     On a GPU: a GEMM's TFLOP/s in fp32 and bf16 and a device-to-device copy's GB/s, timed with
@@ -149,7 +150,7 @@ class Calibration(BaseModel):
     slow_reasons: list[str] = Field(default_factory=list)
 
 
-class WorkerInfo(BaseModel):
+class WorkerInfo(Lean):
     """Where an experiment ran: which host, process, GPU and how many CPU threads."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -167,7 +168,7 @@ class WorkerInfo(BaseModel):
     calibration: Calibration | None = None  # its device's probe (run --calibrate): environment.calibration's entry
 
 
-class CheckInfo(BaseModel):
+class CheckInfo(Lean):
     """How a result's correctness was judged, and the worst error seen.
 
     ``method``: ``fp64_rmse`` (compiled vs a float64 reference, allowed ``multiplier`` x eager's
@@ -193,7 +194,7 @@ class CheckInfo(BaseModel):
     compile_latency_s: float | None = None  # the first call of that compile, apart from the timed one's
 
 
-class CompileCache(BaseModel):
+class CompileCache(Lean):
     """What the measured compile took from the compile caches, per layer, from torch's counters.
 
     ``state`` is what the experiment asked for: ``warm`` (primed: the same compile ran once
@@ -254,7 +255,7 @@ class CompileCache(BaseModel):
         return f"{self.state}: {self.outcome}"
 
 
-class TraceInfo(BaseModel):
+class TraceInfo(Lean):
     """The structured compile trace of a traced experiment (``trace: true``): where it is, or why it is not.
 
     The worker records torch's structured trace of the measured compile (``tasks.tracing``: what
@@ -276,7 +277,7 @@ class TraceInfo(BaseModel):
     error: str | None = None
 
 
-class WorkInfo(BaseModel):
+class WorkInfo(Lean):
     """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
@@ -285,7 +286,7 @@ class WorkInfo(BaseModel):
     bytes: int | None = None
 
 
-class ShapeTiming(BaseModel):
+class ShapeTiming(Lean):
     """One value of a replay's parameter: its share of the traffic and its steady-state times.
 
     ``eager_ms``/``compiled_ms`` are the medians (``tasks.stats.describe``) of the warm pass's
@@ -303,7 +304,7 @@ class ShapeTiming(BaseModel):
     compiled_samples_ms: list[float] = Field(default_factory=list)
 
 
-class ReplayResult(BaseModel):
+class ReplayResult(Lean):
     """What a replay of shape traffic measured (``tasks.replay``).
 
     First pass (the seeded sequence of ``calls`` calls, served once by each side, the sides taking
@@ -339,7 +340,7 @@ class ReplayResult(BaseModel):
     cumulative_ms: dict[str, list[float]] = Field(default_factory=dict)
 
 
-class RankFigures(BaseModel):
+class RankFigures(Lean):
     """What one rank of a distributed experiment measured, as a single-process result would: its own step
     times per side (raw samples), its compile, its graphs and its peak memory.
 
@@ -369,7 +370,7 @@ class RankFigures(BaseModel):
     error: ErrorInfo | None = None  # this rank's failure, where it is the one that failed
 
 
-class DistributedResult(BaseModel):
+class DistributedResult(Lean):
     """A distributed experiment's ranks and what the gang did together.
 
     The result's own ``eager``/``compiled`` are the gang's steps: step i's time is the slowest rank's
@@ -395,7 +396,7 @@ class DistributedResult(BaseModel):
     gang_experiments_before: int | None = None  # experiments that gang ran before this one
 
 
-class Result(BaseModel):
+class Result(Lean):
     """What one experiment produced, success or failure."""
 
     model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error

@@ -85,8 +85,29 @@ def test_the_compressed_report_keeps_every_sample_bit_for_bit_and_is_much_smalle
     assert _bits(packed) == _bits(plain)
     assert packed == plain and packed.schema_version == SCHEMA_VERSION == 3
     assert kept["gz"].stat().st_size * 4 < kept["plain"].stat().st_size
-    # the text inside is the report's own compact JSON, field for field
-    assert gzip.decompress(kept["gz"].read_bytes()) == bytes(plain.model_dump_json() + "\n", "utf-8")
+    # the text inside is the report's own compact JSON, field for field, with each result on a line of its own
+    text = gzip.decompress(kept["gz"].read_bytes()).decode()
+    assert text.replace("\n", "") == plain.model_dump_json()
+    head, *lines, tail = text.splitlines()
+    assert head.endswith('"results":[') and tail.startswith("]")
+    assert [Result.model_validate_json(line.removesuffix(",")) for line in lines] == plain.results
+
+
+def test_a_compressed_report_is_read_a_result_at_a_time_and_whole_when_a_line_is_wrong(kept, tmp_path, monkeypatch):
+    """The line-per-result layout is read a line at a time, never as one document; any other text is read
+    whole, and a result that does not validate is named as whole reading names it."""
+    import orchestrator.report.io as io_module
+
+    whole = []
+    real = io_module._decompressed
+    monkeypatch.setattr(io_module, "_decompressed", lambda *a: whole.append(1) or real(*a))
+    assert read(kept["gz"]) == read(kept["plain"]) and whole == [1]  # the plain one only
+    lines = gzip.decompress(kept["gz"].read_bytes()).decode().splitlines(keepends=True)
+    lines[3] = lines[3].replace('"status":"', '"status":"bogus', 1)
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(gzip.compress("".join(lines).encode()))
+    with pytest.raises(ValueError, match=r"results\.2\.status"):
+        read(broken)
 
 
 def test_a_compressed_report_reads_whatever_its_name_and_from_a_store(kept, tmp_path):
@@ -179,3 +200,17 @@ def test_export_streams_the_same_text_as_the_whole_list():
     report = make_report(_results(120, 3))
     assert export_text(report, "pytorch-v3") == json.dumps(records(report), indent=2, allow_nan=False) + "\n"
     assert export_text(make_report([]), "pytorch-v3") == "[]\n"
+
+
+def test_a_results_models_share_their_classs_set_of_fields_and_behave_as_before():
+    """Every part of a result shares one set of its class's field names (the largest part of a model's
+    memory); assigning, copying and comparing behave as on any model."""
+    a, b = make_result(seed=0), make_result(seed=1)
+    a2 = Result.model_validate_json(a.model_dump_json())
+    assert a2 == a and a2.eager is not None and b.eager is not None
+    assert a2.__pydantic_fields_set__ is b.__pydantic_fields_set__ == set(Result.model_fields)
+    assert a2.eager.__pydantic_fields_set__ is b.eager.__pydantic_fields_set__
+    copy = a2.model_copy(update={"status": "oom"})
+    a2.speedup = 9.0
+    assert (copy.status, a2.status, a2.speedup, b.speedup) == ("oom", "ok", 9.0, make_result(seed=1).speedup)
+    assert a2.__pydantic_fields_set__ == set(Result.model_fields)  # assigning a field adds nothing to it

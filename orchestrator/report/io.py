@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import json
 import zlib
 from collections.abc import Iterable, Iterator
@@ -33,6 +34,7 @@ from tasks.text import validation_line
 
 REPORT_SUFFIX: Final = ".json.gz"  # the name that keeps a big report small: compressed, every sample kept
 GZIP_MAGIC: Final = b"\x1f\x8b"
+RESULTS_OPEN: Final = b'"results":[\n'  # a compressed report's results follow, one a line, up to a line "]..."
 # zlib's fastest level: 100,000 results of 10 samples a side in 86 MB, 9x smaller than the indented text, in a
 # third of level 6's time for 1.3x its size (benchmarks/read_scale.py; docs/report-fields.md).
 GZIP_LEVEL: Final = 1
@@ -85,15 +87,17 @@ def history_path(path: str | Path) -> Location:
 
 
 def _compressed(report: Report) -> bytes:
-    """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed."""
+    """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed, each
+    result on a line of its own (``RESULTS_OPEN``): the layout ``_streamed`` reads a result at a time."""
     out = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
     chunks = []
     for name in Report.model_fields:
         head = "{" if name == next(iter(Report.model_fields)) else ","
         if name == "results":
-            chunks.append(out.compress(bytes(f'{head}"results":[', "utf-8")))
+            chunks.append(out.compress(bytes(head, "utf-8") + RESULTS_OPEN))
+            last = len(report.results) - 1
             for i, r in enumerate(report.results):
-                chunks.append(out.compress(bytes(("," if i else "") + r.model_dump_json(), "utf-8")))
+                chunks.append(out.compress(bytes(r.model_dump_json() + (",\n" if i < last else "\n"), "utf-8")))
             chunks.append(out.compress(b"]"))
             continue
         field = report.model_dump_json(include={name})  # '{"name":value}'
@@ -121,8 +125,12 @@ def load_report(path: str | Path) -> Report:
     (``upgrade``), which also gives the error its line and field.
     """
     where = location(path)
-    raw = _bytes(where)
+    stored = _stored(where)
     with collector_paused():
+        streamed = _streamed(stored)
+        if streamed is not None:
+            return streamed
+        raw = _decompressed(where, stored)
         try:
             report = Report.model_validate_json(raw)
         except ValidationError:
@@ -134,6 +142,36 @@ def load_report(path: str | Path) -> Report:
         if not isinstance(data, dict) or "results" not in data:
             raise ReportError(f"{path}: not a compilebench report (no 'results')")
         return upgrade(data, where=str(path))
+
+
+def _streamed(stored: bytes) -> Report | None:
+    """A report written a result to a line (``_compressed``) read a line at a time: its results validated one
+    by one as they are decompressed (``Result.model_validate_json`` on each line), the rest of it (everything
+    but the results) as one small document. None for any other layout, or where a line does not validate:
+    ``load_report`` then reads the file whole, as it reads every other, and names what is wrong.
+
+    Why: pydantic validates JSON text by parsing it whole first (a tree of the document's values, outside
+    Python's heap). For the 450 MB of text of 100,000 results that tree, the text and the models made from
+    it were all held at once: 4 GB at the peak. A line at a time, only the models are (``benchmarks/read_scale.py``).
+    """
+    if not stored.startswith(GZIP_MAGIC):
+        return None
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
+            head = f.readline()
+            if not head.endswith(RESULTS_OPEN):
+                return None
+            results: list[Result] = []
+            for line in f:
+                if line.startswith(b"]"):
+                    report = Report.model_validate_json(head + line + f.read())  # every field, results empty
+                    report.results = results
+                    report.schema_version = SCHEMA_VERSION
+                    return report
+                results.append(Result.model_validate_json(line.rstrip(b",\n")))
+    except (ValidationError, OSError, EOFError, zlib.error):
+        return None
+    return None  # cut short before the results' end
 
 
 @contextmanager
@@ -232,11 +270,22 @@ def _environment_from(results: list[Result], warnings: list[str]) -> Environment
 
 def _bytes(path: Location) -> bytes:
     """The file's bytes, decompressed where they are gzip's."""
+    return _decompressed(path, _stored(path))
+
+
+def _stored(path: Location) -> bytes:
+    """The file's bytes as they are kept."""
     try:
-        raw = path.read_bytes() if isinstance(path, Path) else read_bytes(path)
-        return gzip.decompress(raw) if raw.startswith(GZIP_MAGIC) else raw
+        return path.read_bytes() if isinstance(path, Path) else read_bytes(path)
     except StorageError as e:
         raise ReportError(f"cannot read {e}") from None
+    except OSError as e:
+        raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+
+
+def _decompressed(path: Location, stored: bytes) -> bytes:
+    try:
+        return gzip.decompress(stored) if stored.startswith(GZIP_MAGIC) else stored
     except (OSError, EOFError, zlib.error) as e:
         raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 

@@ -7,24 +7,26 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.machines.nodes import Environment as Environment  # the execution side builds it; a report holds it
 from orchestrator.machines.nodes import Node as Node  # the scheduler's too; listed in a report's environment
-from tasks.models import Phase, Precision, ReplayConfig, Result
+from tasks.models import Lean, Phase, Precision, ReplayConfig, Result
 
 # 2: summary by group and device model, pass rates; version 1 reports are upgraded on load. 3: the same fields, kept
 # compressed where the name ends .gz (r.json.gz) with a history file beside it; version 2 reports are read as they are.
 SCHEMA_VERSION: Final = 3
 
 
-class Ranked(BaseModel):
+class Ranked(Lean):
     """One configuration's valid timing inside a group.
 
     With replicates (an experiment run k >= 2 times, each in another worker process), ``speedup`` is
     the median of the replicates' speedups and ``ci`` the between-run interval over them (Student's t
     on log speedup, k-1 degrees of freedom); without, the result's own figure and interval.
     """
+
+    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     experiment_id: str
     config: str
@@ -37,7 +39,7 @@ class Ranked(BaseModel):
     gpus: int = 0  # distinct GPUs the replicates ran on (as their workers name them)
 
 
-class ConfigDecision(BaseModel):
+class ConfigDecision(Lean):
     """One configuration of a group as the decision weighs it (``orchestrator.report.decision``).
 
     ``speedup``, ``lower``: the group's ranking figure and the lower end of its 95% interval (``Ranked``);
@@ -45,6 +47,8 @@ class ConfigDecision(BaseModel):
     compile the break-even is charged (a replay's: every compile of its first pass), ``compile_label``
     how it was served and whose it is; ``peak_memory_bytes``: the compiled side's, where measured.
     """
+
+    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     config: str
     candidate: bool  # ok, checked correct and not recompiled in every result: it may be shipped
@@ -64,13 +68,15 @@ class ConfigDecision(BaseModel):
     pareto: bool = False  # not dominated among the candidates (``Decision.pareto_on``)
 
 
-class Decision(BaseModel):
+class Decision(Lean):
     """What to ship for one group: a configuration, or ``eager``, and why.
 
     ``basis``: ``lower_bound``, the candidate with the highest lower 95% bound of speedup if that
     bound exceeds 1.0; ``calls``, the candidate that serves ``calls`` calls in the least time, compile
     included, if that is less than eager's. ``pareto``: the candidates not dominated on ``pareto_on``.
     """
+
+    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     recommend: str  # a configuration label as the group's results name it, or "eager": stable, comparable
     reason: str
@@ -87,12 +93,14 @@ class Decision(BaseModel):
         return next((c for c in self.configs if c.config == label), None)
 
 
-class Group(BaseModel):
+class Group(Lean):
     """Results that measure the same thing: one target, its params, device model, phase and precision, and for
     distributed experiments one strategy at one world size.
 
     Only inside a group are configurations ranked against each other.
     """
+
+    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     target: str
     params: dict[str, Any]

@@ -14,6 +14,8 @@ from tasks.models import Experiment, Result
 
 from .conftest import RAY_CPUS, RAY_GPUS
 
+EAGER = {"backend": "eager"}  # what these tests schedule, not what inductor makes of it
+
 
 def sleepy(seed: int, **kw) -> Experiment:
     return Experiment(
@@ -36,7 +38,10 @@ def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cl
     has a worker, and none runs two experiments at a time."""
     barrier = {"folder": str(tmp_path / "barrier"), "parties": RAY_GPUS}
     experiments = [
-        *(Experiment(target="tests.fault_targets:make_barrier", params=barrier, seed=s) for s in range(4)),
+        *(
+            Experiment(target="tests.fault_targets:make_barrier", params=barrier, compile=EAGER, seed=s)
+            for s in range(4)
+        ),
         *(sleepy(seed) for seed in range(4)),
     ]
     results = run_experiments(experiments, ray_cluster)

@@ -54,26 +54,27 @@ def speedup_figures(report: Report) -> list[go.Figure]:
     figures = []
     speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
-        configs = list(dict.fromkeys(r.config_label for r in rs))
+        by_config: dict[str, list[Result]] = defaultdict(list)  # in the order the results first name them
+        for r in rs:
+            by_config[r.config_label].append(r)
         fig = go.Figure()
-        for i, config in enumerate(configs):
-            mine = [r for r in rs if r.config_label == config]
+        for i, (config, mine) in enumerate(by_config.items()):
             speedups = [r.speedup or 0.0 for r in mine]
             fig.add_trace(
                 go.Bar(
                     name=config,
-                    x=[result_group(r) + (f" r{r.replicate}" if replicated else "") for r in mine],
-                    y=speedups,
+                    x=column([result_group(r) + (f" r{r.replicate}" if replicated else "") for r in mine]),
+                    y=column(speedups),
                     marker_color=COLORS[i % len(COLORS)],
                     error_y={
                         "type": "data",
                         "symmetric": False,
-                        "array": [
-                            (r.speedup_ci[1] - s) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
-                        ],
-                        "arrayminus": [
-                            (s - r.speedup_ci[0]) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)
-                        ],
+                        "array": column(
+                            [(r.speedup_ci[1] - s) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)]
+                        ),
+                        "arrayminus": column(
+                            [(s - r.speedup_ci[0]) if r.speedup_ci else 0 for r, s in zip(mine, speedups, strict=True)]
+                        ),
                         "thickness": 1.5,
                         "color": "#333",
                     },

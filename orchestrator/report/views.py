@@ -192,14 +192,15 @@ def ship_rows(summary: Summary) -> Rows:
         d = g.decision
         assert d is not None  # decided: for mypy
         chosen = d.config(d.recommend)
-        row = [*([g.device_model] if multi else []), g.label, d.recommend, times(d.lower)]
+        label = g.label
+        row = [*([g.device_model] if multi else []), label, d.recommend, times(d.lower)]
         row += [break_even_text(chosen), seconds(chosen.compile_s if chosen else None)]
         if weighed:
             row += [f"{d.calls:,} calls" if d.calls else "lower bound", calls_time(d, chosen)]
         row += [d.reason, "; ".join(config_brief(c) for c in d.configs), ", ".join(d.pareto) or "-"]
         rows.append(row)
         for note in d.notes:
-            shared.setdefault(note, []).append(g.label)
+            shared.setdefault(note, []).append(label)
     notes = [SHIP_NOTE] if rows else []
     for note, labels in shared.items():
         where = "every group" if len(labels) == len(decided) > 1 else ", ".join(dict.fromkeys(labels))

@@ -6,7 +6,7 @@ with the configs it nests (``CompileConfig``, ``TimingConfig``, ``CheckConfig``,
 Every model is closed and frozen, so an experiment is hashable and its id a digest of its fields.
 
 The inputs half of the data that crosses between driver and worker (``tasks.result`` is the
-outputs half, and may import this module; this one imports nothing of ``tasks/``). What travels
+outputs half, and may import this module; this one imports only ``tasks.lean``, their models' base). What travels
 through Ray is their plain JSON form (``model_dump(mode="json")``), never pydantic objects.
 """
 
@@ -18,7 +18,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from tasks.lean import Lean
 
 Device = Literal["auto", "cuda", "cpu"]
 CompileMethod = Literal["torch_compile", "module_compile"]
@@ -35,30 +37,6 @@ Strategy = Literal["ddp", "fsdp2"]
 OptimizeDDP = Literal["ddp_optimizer", "python_reducer", "off"]
 FsdpCompileScope = Literal["block", "model"]
 BatchScope = Literal["global", "per_rank"]
-
-
-_EVERY_FIELD: dict[type, set[str]] = {}  # per model class: the set of all its field names, shared (``Lean``)
-
-
-class Lean(BaseModel):
-    """A model that rejects unknown fields, at about two thirds of a plain model's memory.
-
-    pydantic keeps, per instance, the set of the fields that were given (``__pydantic_fields_set__``): over
-    700 bytes for a set of eight names or more, the largest part of what a validated ``Result`` weighs
-    (17 KB with its parts; a report of 100,000 results holds 1.2 million such sets). Every instance of a
-    ``Lean`` class shares its class's one set of all its field names instead (adding a name to it, as
-    ``__setattr__`` does, leaves it as it is). The set is read only by ``exclude_unset`` and
-    ``model_fields_set``, which this project never uses: read them on a ``Lean`` model and every field
-    counts as set."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    def model_post_init(self, context: Any, /) -> None:
-        cls = type(self)
-        every = _EVERY_FIELD.get(cls)
-        if every is None:
-            every = _EVERY_FIELD[cls] = set(cls.model_fields)
-        object.__setattr__(self, "__pydantic_fields_set__", every)
 
 
 class Closed(Lean):

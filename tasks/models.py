@@ -24,7 +24,6 @@ from tasks.experiment import (
     Device,
     DistributedConfig,
     Experiment,
-    Lean,
     Optimizer,
     Phase,
     Precision,
@@ -34,6 +33,7 @@ from tasks.experiment import (
     TimingMethod,
     WorkerLimits,
 )
+from tasks.lean import Lean
 from tasks.result import (
     Calibration,
     CheckInfo,

@@ -25,13 +25,13 @@ from tasks.experiment import (
     DecisionConfig,
     DistributedConfig,
     Experiment,
-    Lean,
     Phase,
     Precision,
     ReplayConfig,
     Resources,
     TimingConfig,
 )
+from tasks.lean import Lean
 
 Status = Literal[
     "ok",  # timed, and correct (or not checkable: ``correct`` is then None)

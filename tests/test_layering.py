@@ -208,13 +208,15 @@ def test_the_circle_check_finds_one():
 
 def test_the_worker_side_reads_like_its_flow():
     """The steps of one experiment each have a module, and the data models import nothing of their side:
-    the experiment nothing, the result only the experiment, their re-export only those two."""
+    the experiment only their base (``lean``, which imports nothing), the result only those two, their
+    re-export only those three."""
     graph = import_graph("tasks")
     steps = {"worker", "reset", "failures", "procedure", "compiling", "sides", "check.outputs", "check.judge"}
     assert {f"tasks.{s}" for s in steps | {"check.step", "experiment", "result"}} <= set(graph)
-    assert graph["tasks.experiment"] == set()
-    assert graph["tasks.result"] == {"tasks.experiment"}
-    assert graph.get("tasks.models", set()) <= {"tasks.experiment", "tasks.result"}
+    assert graph["tasks.lean"] == set()
+    assert graph["tasks.experiment"] == {"tasks.lean"}
+    assert graph["tasks.result"] <= {"tasks.experiment", "tasks.lean"} and "tasks.experiment" in graph["tasks.result"]
+    assert graph.get("tasks.models", set()) <= {"tasks.experiment", "tasks.result", "tasks.lean"}
     assert "tasks.procedure" not in graph["tasks.sides"] | graph["tasks.compiling"]
 
 

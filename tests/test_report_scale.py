@@ -165,6 +165,22 @@ def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(ke
     assert "<input type='search'" in page
 
 
+def test_past_a_few_hundred_results_the_speedup_chart_is_a_box_per_configuration(kept):
+    """5,000 results: a box per configuration holding every speedup, not a bar per result; a small report
+    keeps its bars."""
+    from orchestrator.report.charts import MAX_SPEEDUP_BARS, speedup_figures
+    from orchestrator.report.summary import valid_timing
+
+    report = read(kept["gz"])
+    (fig,) = speedup_figures(report)
+    timed = [r for r in report.results if valid_timing(r)]
+    assert {t.type for t in fig.data} == {"box"} and {t.name for t in fig.data} == {r.config_label for r in timed}
+    assert sum(len(t.y) for t in fig.data) == len(timed) > MAX_SPEEDUP_BARS  # every speedup, in a box
+    assert f"a box per configuration over {len(timed):,} results" in fig.layout.title.text
+    small = make_report(_results(MAX_SPEEDUP_BARS // 4, 2))
+    assert {t.type for t in speedup_figures(small)[0].data} == {"bar"}
+
+
 def test_history_reads_the_history_files_not_the_reports(tmp_path, monkeypatch):
     paths = [tmp_path / f"nightly-{k}.json.gz" for k in range(3)]
     for k, path in enumerate(paths):

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 # of every group are pooled into a trace per kind (Pareto set, other candidates, not shipped), each point's group
 # in its hover: 8,000 groups of a 100,000-result sweep are 8,000 traces, a minute of plotly and a page too slow.
 MAX_PARETO_GROUPS: Final = 40
+# Results drawn as bars of their own on a device model's speedup chart; past it each configuration is one box of
+# its results' speedups (every point still in it, its group in the hover): 100,000 bars are no chart to read.
+MAX_SPEEDUP_BARS: Final = 400
 
 
 def column(values: list[Any]) -> Any:
@@ -42,7 +45,8 @@ def column(values: list[Any]) -> Any:
 
 def speedup_figures(report: Report) -> list[go.Figure]:
     """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x.
-    Where experiments ran more than once, each replicate has its bar (``seed.foo r1``)."""
+    Where experiments ran more than once, each replicate has its bar (``seed.foo r1``). Past
+    ``MAX_SPEEDUP_BARS`` results on a device model, a box per configuration of its results' speedups."""
     import plotly.graph_objects as go
 
     replicated = has_replicates(report.results)
@@ -60,6 +64,18 @@ def speedup_figures(report: Report) -> list[go.Figure]:
         fig = go.Figure()
         for i, (config, mine) in enumerate(by_config.items()):
             speedups = [r.speedup or 0.0 for r in mine]
+            if len(rs) > MAX_SPEEDUP_BARS:
+                fig.add_trace(
+                    go.Box(
+                        name=config,
+                        y=column(speedups),
+                        text=column([result_group(r) for r in mine]),
+                        boxpoints="outliers",
+                        marker_color=COLORS[i % len(COLORS)],
+                        hovertemplate="%{text}<br>" + escape(config) + ": %{y:.2f}x<extra></extra>",
+                    )
+                )
+                continue
             fig.add_trace(
                 go.Bar(
                     name=config,
@@ -94,8 +110,9 @@ def speedup_figures(report: Report) -> list[go.Figure]:
             font={"color": "#c0392b"},
             bgcolor="rgba(255, 255, 255, 0.8)",
         )
+        pooled = f": a box per configuration over {len(rs):,} results" if len(rs) > MAX_SPEEDUP_BARS else ""
         fig.update_layout(
-            title={"text": f"speedup on {model}"},
+            title={"text": f"speedup on {model}{pooled}"},
             barmode="group",
             yaxis={"title": {"text": "speedup (log scale)"}, "type": "log", **log_ticks(speedups_all, "x")},
             legend={"orientation": "h", "y": -0.25},

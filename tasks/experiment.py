@@ -42,7 +42,7 @@ BatchScope = Literal["global", "per_rank"]
 class Closed(Lean):
     """A spec model that rejects unknown fields and cannot be changed once built."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(frozen=True)  # and, as every Lean model, closed: an unknown field is an error
 
 
 class CompileConfig(Closed):

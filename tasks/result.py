@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from tasks.experiment import (
     BatchScope,
@@ -48,8 +48,6 @@ Status = Literal[
 class ErrorInfo(Lean):
     """An exception reduced to plain strings, so it survives any process boundary."""
 
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
     type: str
     message: str
 
@@ -61,8 +59,6 @@ class ErrorInfo(Lean):
 
 class SampleStats(Lean):
     """What ``tasks.stats.describe`` derives from a list of samples."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     median_ms: float
     min_ms: float
@@ -93,8 +89,6 @@ class SideTiming(SampleStats):
 class GpuState(Lean):
     """What NVML says about the GPU at one moment: the conditions a timer cannot control."""
 
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
     sm_clock_mhz: int | None = None
     memory_clock_mhz: int | None = None
     temperature_c: int | None = None
@@ -103,8 +97,6 @@ class GpuState(Lean):
 
 class Measurement(Lean):
     """How the numbers of a result were taken, and what the timer could not control."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     timer: Literal["perf_counter", "cuda_events", "wall"]
     interleaved: bool = True
@@ -135,8 +127,6 @@ class Calibration(Lean):
     the same ``model`` (``orchestrator.machines.calibration``), never measured.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     id: str  # unique per device: "<node id[:8]>/gpu<id>" or "<node id[:8]>/cpu<cores>" (e.g. cpu0-1, cpu0,2-3)
     node_id: str | None = None
     hostname: str
@@ -152,8 +142,6 @@ class Calibration(Lean):
 
 class WorkerInfo(Lean):
     """Where an experiment ran: which host, process, GPU and how many CPU threads."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     hostname: str
     node_id: str | None = None
@@ -176,8 +164,6 @@ class CheckInfo(Lean):
     ``rtol``/``atol``), ``cosine`` (where no float64 run was possible), ``equal`` (non-floating
     outputs only), ``none`` (not checked: ``Result.check_note`` says why).
     """
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     method: Literal["fp64_rmse", "allclose", "cosine", "equal", "none"]
     rtol: float | None = None
@@ -213,8 +199,6 @@ class CompileCache(Lean):
     ``isa_probe_s`` (a fresh process on a CPU, inductor): inductor's once-per-process probe of the
     CPU's vector instructions, run before the measured compile and not counted in its latency.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     state: CacheState
     primed: bool = False
@@ -267,8 +251,6 @@ class TraceInfo(Lean):
     why a part is missing (nothing recorded, too large to send, not stored, not rendered), else None.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     dir: str | None = None
     log_files: list[str] = Field(default_factory=list)
     html: str | None = None
@@ -280,8 +262,6 @@ class TraceInfo(Lean):
 class WorkInfo(Lean):
     """The work of one call, counted (not guessed): FLOPs by FlopCounterMode, bytes where simple."""
 
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
-
     flops: int | None = None
     bytes: int | None = None
 
@@ -292,8 +272,6 @@ class ShapeTiming(Lean):
     ``eager_ms``/``compiled_ms`` are the medians (``tasks.stats.describe``) of the warm pass's
     samples, kept beside them; ``drawn`` is how many calls of the replayed sequence took this value.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     value: Any
     weight: float  # normalised: the weights of a replay sum to 1
@@ -322,8 +300,6 @@ class ReplayResult(Lean):
     compiled call saves (None where compiled is not faster).
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     param: str
     calls: int
     total_ms: dict[str, float]
@@ -348,8 +324,6 @@ class RankFigures(Lean):
     Dynamo's DDPOptimizer cut at bucket boundaries (not breaks). ``collective_ms`` is the time the
     profiler attributes to collectives per side, where it can split it out.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     rank: int
     hostname: str | None = None
@@ -380,8 +354,6 @@ class DistributedResult(Lean):
     rank only); ``failed_rank`` is the rank whose failure ended the experiment.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
     config: DistributedConfig
     world_size: int
     backend: str  # torch.distributed's: nccl or gloo
@@ -398,8 +370,6 @@ class DistributedResult(Lean):
 
 class Result(Lean):
     """What one experiment produced, success or failure."""
-
-    model_config = ConfigDict(extra="forbid")  # a misspelt or unknown field is an error
 
     experiment_id: str
     target: str

@@ -35,6 +35,9 @@ from tasks.text import validation_line
 REPORT_SUFFIX: Final = ".json.gz"  # the name that keeps a big report small: compressed, every sample kept
 GZIP_MAGIC: Final = b"\x1f\x8b"
 RESULTS_OPEN: Final = b'"results":[\n'  # a compressed report's results follow, one a line, up to a line "]..."
+# The most of a compressed report read before its results must have begun (name, spec, environment: kilobytes
+# to a few megabytes), so that one of another layout is not decompressed twice whole to find that out.
+HEAD_LIMIT: Final = 64 * 1024**2
 # zlib's fastest level: 100,000 results of 10 samples a side in 86 MB, 9x smaller than the indented text, in a
 # third of level 6's time for 1.3x its size (benchmarks/read_scale.py; docs/report-fields.md).
 GZIP_LEVEL: Final = 1
@@ -158,7 +161,7 @@ def _streamed(stored: bytes) -> Report | None:
         return None
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
-            head = f.readline()
+            head = f.readline(HEAD_LIMIT)  # an older compressed report is one line: give up on it early
             if not head.endswith(RESULTS_OPEN):
                 return None
             results: list[Result] = []

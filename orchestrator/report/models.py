@@ -18,15 +18,20 @@ from tasks.models import Lean, Phase, Precision, ReplayConfig, Result
 SCHEMA_VERSION: Final = 3
 
 
-class Ranked(Lean):
+class Kept(Lean):
+    """A report model that drops the fields of a newer version (as every report model does), at a ``Lean``
+    model's memory: the models a summary holds one or more of per group."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class Ranked(Kept):
     """One configuration's valid timing inside a group.
 
     With replicates (an experiment run k >= 2 times, each in another worker process), ``speedup`` is
     the median of the replicates' speedups and ``ci`` the between-run interval over them (Student's t
     on log speedup, k-1 degrees of freedom); without, the result's own figure and interval.
     """
-
-    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     experiment_id: str
     config: str
@@ -39,7 +44,7 @@ class Ranked(Lean):
     gpus: int = 0  # distinct GPUs the replicates ran on (as their workers name them)
 
 
-class ConfigDecision(Lean):
+class ConfigDecision(Kept):
     """One configuration of a group as the decision weighs it (``orchestrator.report.decision``).
 
     ``speedup``, ``lower``: the group's ranking figure and the lower end of its 95% interval (``Ranked``);
@@ -47,8 +52,6 @@ class ConfigDecision(Lean):
     compile the break-even is charged (a replay's: every compile of its first pass), ``compile_label``
     how it was served and whose it is; ``peak_memory_bytes``: the compiled side's, where measured.
     """
-
-    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     config: str
     candidate: bool  # ok, checked correct and not recompiled in every result: it may be shipped
@@ -68,15 +71,13 @@ class ConfigDecision(Lean):
     pareto: bool = False  # not dominated among the candidates (``Decision.pareto_on``)
 
 
-class Decision(Lean):
+class Decision(Kept):
     """What to ship for one group: a configuration, or ``eager``, and why.
 
     ``basis``: ``lower_bound``, the candidate with the highest lower 95% bound of speedup if that
     bound exceeds 1.0; ``calls``, the candidate that serves ``calls`` calls in the least time, compile
     included, if that is less than eager's. ``pareto``: the candidates not dominated on ``pareto_on``.
     """
-
-    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     recommend: str  # a configuration label as the group's results name it, or "eager": stable, comparable
     reason: str
@@ -93,14 +94,12 @@ class Decision(Lean):
         return next((c for c in self.configs if c.config == label), None)
 
 
-class Group(Lean):
+class Group(Kept):
     """Results that measure the same thing: one target, its params, device model, phase and precision, and for
     distributed experiments one strategy at one world size.
 
     Only inside a group are configurations ranked against each other.
     """
-
-    model_config = ConfigDict(extra="ignore")  # as every report model: fields of a newer version are dropped
 
     target: str
     params: dict[str, Any]

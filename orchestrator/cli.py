@@ -263,17 +263,23 @@ def tasks() -> None:
 
 
 def _read_report(path: str) -> Report:
-    """The report at ``path``, its objects then frozen out of the cycle collector's scans (``gc.freeze``): a
-    command reads reports once and keeps them to its end, and a big one is millions of objects."""
+    """The report at ``path``, its objects frozen out of the cycle collector's scans (``gc.freeze``) before the
+    collector is on again: a command reads reports once and keeps them to its end, and a big one is millions
+    of objects, which the first collection after the read would otherwise walk (a second at 100,000 results)."""
     import gc
 
     from orchestrator.report import ReportError, read
 
+    was = gc.isenabled()
+    gc.disable()  # read()'s own pause then leaves it off
     try:
         report = read(path)
     except ReportError as e:
         raise _fail(str(e), 2) from None
-    gc.freeze()
+    finally:
+        gc.freeze()
+        if was:
+            gc.enable()
     return report
 
 

@@ -212,12 +212,37 @@ def test_compare_says_the_same_of_a_compressed_report(kept):
     assert as_json(compare(plain, new, Thresholds())) == as_json(compare(packed, new, Thresholds()))
 
 
+def test_compare_on_a_terminal_clips_its_changes_and_markdown_and_json_list_every_one(kept):
+    """Past a screenful of changes the terminal shows the first (regressions first) and says how many there are;
+    markdown and JSON list every one, each with its cells."""
+    base = read(kept["gz"])
+    rng = np.random.default_rng(4)
+    moved = [  # 1% noise on every speedup, and 100 experiments 30% slower
+        r.model_copy(update={"speedup": r.speedup * (1 + 0.01 * rng.normal()) * (0.7 if i % 50 == 0 else 1.0)})
+        if r.speedup
+        else r
+        for i, r in enumerate(base.results)
+    ]
+    write_report(make_report(moved, name="moved"), kept["gz"].with_name("moved.json.gz"))
+    args = ["compare", str(kept["gz"]), str(kept["gz"].with_name("moved.json.gz"))]
+    every = json.loads(CliRunner().invoke(app, [*args, "--format", "json"]).output)
+    count = len(every["changes"])
+    assert count > SCREENFUL and all(ch["base"] and ch["new"] and ch["change"] for ch in every["changes"])
+    shown = CliRunner().invoke(app, args).output
+    assert f"first {SCREENFUL} of {count:,} rows; every change with --format markdown or json" in shown
+    assert len(shown.splitlines()) < 10 * SCREENFUL
+    table = [line for line in CliRunner().invoke(app, [*args, "--format", "markdown"]).output.splitlines()]
+    assert sum(line.startswith("| ") for line in table) == count + 2  # the header, its rule and a row a change
+
+
 def test_export_streams_the_same_text_as_the_whole_list():
     report = make_report(_results(120, 3))
     text = export_text(report, "pytorch-v3")
     assert json.loads(text) == records(report)
     head, *lines, tail = text.splitlines()  # a record a line, between the list's brackets
     assert (head, tail) == ("[", "]") and [json.loads(line.removesuffix(",")) for line in lines] == records(report)
+    # each line is the very text json.dumps makes of its record (a result's shared part encoded once for all)
+    assert [line.removesuffix(",") for line in lines] == [json.dumps(r, allow_nan=False) for r in records(report)]
     assert export_text(make_report([]), "pytorch-v3") == "[]\n"
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -40,6 +42,15 @@ def test_bootstrap_interval_is_reproducible_and_narrows_with_more_samples():
 def test_geomean_counts_slowdowns_as_they_are():
     assert geomean([4.0, 0.25]) == pytest.approx(1.0)
     assert geomean([0.5, 0.5]) == pytest.approx(0.5)
+
+
+def test_geomean_of_a_few_values_in_python_agrees_with_numpy_and_keeps_its_edge_cases():
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 3, 16, 17, 40):  # SHORT (16) and below in Python, above it numpy
+        values = list(np.exp(rng.normal(0, 2, n)))
+        assert geomean(values) == pytest.approx(float(np.exp(np.mean(np.log(values)))), rel=1e-13)
+    assert geomean([2.0, 0.0]) == 0.0  # a zero is numpy's -inf logarithm, not an error
+    assert math.isnan(geomean([2.0, float("nan")]))
 
 
 def test_geomean_interval_brackets_the_geomean():

@@ -22,6 +22,10 @@ from typing import Final
 
 import numpy as np
 
+# SHORT: series this short are worked out in Python: history over 3 reports of 100,000 results is 286,000 series
+# of 3 points, and numpy's calls on each cost more than the rest of history
+from tasks.stats import SHORT
+
 # Change detection, tuned with benchmarks/history.py on its generator seed 1 (TUNE_SEED there) and reported there
 # on the held-out seed 2 as well. Tuning cells: 6 and 8 points at 1% and 2.5% noise (CV), 12, 30 and 60 points at
 # 2.5%; lognormal noise, 2% of points outliers of 10-50%; 150 series of each step kind (5% anywhere, 5% and ten
@@ -53,9 +57,6 @@ CLIP_SIGMAS: Final = 3.0
 SEGMENT_SIGMAS: Final = 4.0
 # The power at which ``detectable`` states the smallest step: 90%, the detection goal of benchmarks/history.py.
 POWER: Final = 0.9
-# Series this short have their noise worked out in Python: history over 3 reports of 100,000 results is
-# 286,000 series of 3 points, and numpy's median on each cost more than everything else history did.
-SHORT: Final = 16
 MAD_TO_SIGMA: Final = 1.4826  # the median absolute deviation of normal noise is 0.6745 sigma
 
 
@@ -101,9 +102,11 @@ def change_points(
     """
     y = _positive(values)
     n = len(y)
+    if n < 2 * min_segment:  # too short for any change: most series of a big sweep's few reports
+        return []
     x = np.log(y)
     cleaned = clean(x)
-    if n < 2 * min_segment or np.ptp(cleaned) == 0:
+    if np.ptp(cleaned) == 0:
         return []
     scale = noise_sigma(cleaned) or float(np.std(cleaned))
     candidates = binary_segmentation(cleaned / scale, min_segment, penalty * math.log(n))
@@ -243,7 +246,11 @@ def relative_noise(values: Sequence[float]) -> float | None:
     """The robust noise deviation of ``values`` (positive), relative: exp(s) - 1 for s the ``noise_sigma`` of
     their cleaned logarithms (``clean``). None below 3 values, whose one difference a step could be."""
     y = _positive(values)
-    return math.expm1(noise_sigma(clean(np.log(y)))) if len(y) >= 3 else None
+    if len(y) < 3:
+        return None
+    if len(y) < CLIP_WINDOW:  # nothing to clean: the logarithms in Python, as noise_sigma works out a short series
+        return math.expm1(noise_sigma(np.array([math.log(v) for v in values])))
+    return math.expm1(noise_sigma(clean(np.log(y))))
 
 
 def pull_in(before: np.ndarray, after: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
@@ -296,6 +303,10 @@ def clean(x: np.ndarray) -> np.ndarray:
 
 
 def _positive(values: Sequence[float]) -> np.ndarray:
+    if len(values) <= SHORT:  # checked in Python: numpy's calls cost most of a short series' check
+        if not all(0 < v < math.inf for v in values):  # NaN fails both comparisons
+            raise ValueError("change_points needs finite positive values (times, ratios)")
+        return np.asarray(values, dtype=float)
     y = np.asarray(values, dtype=float)
     if np.any(~np.isfinite(y) | (y <= 0)):
         raise ValueError("change_points needs finite positive values (times, ratios)")

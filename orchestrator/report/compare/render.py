@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.report.cells import Rows, markdown_table, rich_table
+from orchestrator.report.cells import Rows, clipped, markdown_table, rich_table
 from orchestrator.report.compare.models import KIND_TITLES, UNTESTED, WELCH, Change, Comparison, SweepNoise
 from tasks.stats import HEAVY_TAIL_SHARE, HEAVY_TAIL_Z
 
@@ -140,9 +140,12 @@ def _noise_line(noise: SweepNoise, c: Comparison) -> str:
 def print_comparison(console: Console, c: Comparison) -> None:
     for w in c.warnings:
         console.print(Text(f"WARNING: {w}", style="bold yellow"), soft_wrap=True)
-    if c.changes:
-        table: Table = rich_table(rows(c))
+    if c.changes:  # regressions come first: past a screenful the rest are counted, every one in markdown or json
+        view = clipped(rows(c), rest="every change with --format markdown or json")
+        table: Table = rich_table(view)
         console.print(table)
+        for note in view.notes:
+            console.print(Text(note), soft_wrap=True)
     else:
         console.print(Text(f"{c.base} -> {c.new}: nothing moved beyond the thresholds"))
     for line in notes(c):

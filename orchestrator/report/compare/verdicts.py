@@ -14,8 +14,9 @@ compile phases and the cells; nothing that draws.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from orchestrator.report.cells import ms, seconds, times
 from orchestrator.report.compare.models import (
@@ -54,7 +55,9 @@ class Candidate:
     test: str = UNTESTED
     deviation: float = 0.0  # the move as its test saw it (scaled, less the null's centre): its direction
     note: str = ""
-    extra: dict[str, str] = field(default_factory=dict)  # what the change shows beside the ratio
+    # what the change shows beside the ratio (base, new, change, phases): worked out only for a candidate
+    # that becomes a change, not for each of a big sweep's unchanged experiments
+    describe: Callable[[], dict[str, str]] = field(default=dict, repr=False)
 
     @property
     def runs(self) -> tuple[int, int]:
@@ -78,10 +81,8 @@ def speed_candidate(b: Sequence[Result], n: Sequence[Result], metric: Metric) ->
     the other metric's move is kept to be shown beside it, never gated."""
     speedup = geomean(run_values(n, "speedup")) / geomean(run_values(b, "speedup"))
     time = geomean(run_values(n, "time")) / geomean(run_values(b, "time"))
-    moves = {"speedup": f"speedup {percent(speedup)}", "time": f"time {percent(time)}"}
-    other = "time" if metric == "speedup" else "speedup"
     c = Candidate(list(b), list(n), speedup if metric == "speedup" else time)
-    c.extra = {"change": f"{moves[metric]} ({moves[other]})", "base": _speed_text(b), "new": _speed_text(n)}
+    c.describe = partial(_speed_extra, c, speedup, time, metric)
     if min(c.runs) >= MIN_RUNS:
         c.p, c.test = welch_log(run_values(b, metric), run_values(n, metric)).p, WELCH
         c.deviation = math.log(c.ratio)
@@ -198,16 +199,32 @@ def compile_candidate(b: Sequence[Result], n: Sequence[Result]) -> tuple[Candida
         return None, f"{experiment_label(n_runs[0])}: compile latencies not compared ({apart})"
     b_s, n_s = (geomean([r.compile_latency_s or 0.0 for r in rs]) for rs in (b_runs, n_runs))
     c = Candidate(b_runs, n_runs, n_s / b_s)
-    first = n_runs[0]
-    how = first.compile_cache.label if first.compile_cache else first.compile.cache
-    c.extra = {"base": f"{seconds(b_s)} s", "new": f"{seconds(n_s)} s ({how})", "change": percent(c.ratio)}
+    c.describe = partial(_compile_extra, c, b_s, n_s)
     if min(c.runs) >= MIN_RUNS:
         before, after = ([r.compile_latency_s or 0.0 for r in rs] for rs in (b_runs, n_runs))
         c.p, c.test, c.deviation = welch_log(before, after).p, WELCH, math.log(c.ratio)
     else:
         c.note = ONE_SAMPLE if c.runs == (1, 1) else f"{c.runs[0]} vs {c.runs[1]} samples: {ONE_SAMPLE[13:]}"
-    c.extra["phases"] = explanation(explain(b_runs, n_runs, n_s - b_s))
     return c, None
+
+
+def _speed_extra(c: Candidate, speedup: float, time: float, metric: Metric) -> dict[str, str]:
+    """A speed change's cells: both sides' compiled median and speedup, the gated move and the other one."""
+    moves = {"speedup": f"speedup {percent(speedup)}", "time": f"time {percent(time)}"}
+    other = "time" if metric == "speedup" else "speedup"
+    return {"change": f"{moves[metric]} ({moves[other]})", "base": _speed_text(c.b), "new": _speed_text(c.n)}
+
+
+def _compile_extra(c: Candidate, b_s: float, n_s: float) -> dict[str, str]:
+    """A compile-latency change's cells, and the phases that account for 80% of the move."""
+    first = c.n[0]
+    how = first.compile_cache.label if first.compile_cache else first.compile.cache
+    return {
+        "base": f"{seconds(b_s)} s",
+        "new": f"{seconds(n_s)} s ({how})",
+        "change": percent(c.ratio),
+        "phases": explanation(explain(c.b, c.n, n_s - b_s)),
+    }
 
 
 def compile_changes(candidates: Sequence[Candidate], t: Thresholds) -> list[Change]:
@@ -226,19 +243,20 @@ def compile_changes(candidates: Sequence[Candidate], t: Thresholds) -> list[Chan
 
 
 def _candidate_change(kind: Kind, c: Candidate, regression: bool) -> Change:
+    cells = c.describe()
     return new_change(
         kind,
         c.n[0],
-        c.extra["base"],
-        c.extra["new"],
-        c.extra["change"],
+        cells["base"],
+        cells["new"],
+        cells["change"],
         c.runs,
         regression,
         p=c.p,
         p_adjusted=c.p_adjusted,
         test=c.test,
         note=c.note,
-        phases=c.extra.get("phases", ""),
+        phases=cells.get("phases", ""),
     )
 
 

@@ -7,13 +7,12 @@ Imports run one way: ``mapping`` (how compilebench's fields are named there), th
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Final
 
 from orchestrator.report.export.harness_csv import COLUMNS, csv_text
 from orchestrator.report.export.mapping import ExportError
-from orchestrator.report.export.pytorch_v3 import Record, iter_records, records
+from orchestrator.report.export.pytorch_v3 import iter_record_lines, records
 from orchestrator.report.models import Report
 
 __all__ = ["COLUMNS", "FORMATS", "ExportError", "check_format", "csv_text", "export_chunks", "export_text", "records"]
@@ -50,18 +49,18 @@ def export_chunks(
     check_format(format)
     if format == "csv":
         return iter([csv_text(report)])
-    found = iter_records(report, repo=repo, head_branch=head_branch, head_sha=head_sha)
+    found = iter_record_lines(report, repo=repo, head_branch=head_branch, head_sha=head_sha)
     first = next(found, None)  # the time stamp is checked here, before anything is written
     return _json_list(first, found)
 
 
-def _json_list(first: Record | None, rest: Iterator[Record]) -> Iterator[str]:
+def _json_list(first: str | None, rest: Iterator[str]) -> Iterator[str]:
     if first is None:
         yield "[]\n"
         return
-    yield "[\n" + json.dumps(first, allow_nan=False)
+    yield "[\n" + first
     for record in rest:
-        yield ",\n" + json.dumps(record, allow_nan=False)
+        yield ",\n" + record
     yield "\n]\n"
 
 

@@ -34,6 +34,7 @@ DEPENDENCY_REPOS: Final = {  # dependency -> its repository, for the record's de
 NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 0 is "no target", as the harness writes
 
 Record = dict[str, Any]
+_encode = json.JSONEncoder(allow_nan=False).encode  # json.dumps(x, allow_nan=False), without a new encoder a call
 
 
 def records(
@@ -48,6 +49,25 @@ def iter_records(
     report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
 ) -> Iterator[Record]:
     """``records``, one result's at a time: 100,000 results are a million records, never all held."""
+    for shared, found in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
+        yield from (shared | {"metric": metric} for metric in found)
+
+
+def iter_record_lines(
+    report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
+) -> Iterator[str]:
+    """Each record of ``iter_records`` as compact JSON text, the same text as ``json.dumps(record,
+    allow_nan=False)``: what a result's records share (everything but the metric, which comes last) is
+    encoded once, not once per metric."""
+    for shared, found in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
+        head = _encode(shared)[:-1] + ', "metric": '
+        yield from (head + _encode(metric) + "}" for metric in found)
+
+
+def _by_result(
+    report: Report, *, repo: str | None, head_branch: str | None, head_sha: str | None
+) -> Iterator[tuple[Record, list[Record]]]:
+    """Each result's shared part of its records and the metric part of each."""
     top: Record = {"timestamp": _unix_seconds(report.created_at), "schema_version": SCHEMA_VERSION, "name": report.name}
     top |= {k: v for k, v in (("repo", repo), ("head_branch", head_branch), ("head_sha", head_sha)) if v}
     runs = Counter(r.experiment_id for r in report.results)
@@ -60,12 +80,12 @@ def iter_records(
             "dependencies": _dependencies(result, report.environment),
             "runners": _runners(result, nodes),
         }
-        yield from (shared | {"metric": metric} for metric in metrics(result))
+        yield shared, metrics(result)
 
 
 def metrics(result: Result) -> list[Record]:
     """The metric part of each of one result's records: what it measured, then its outcome."""
-    outcome = _outcome(result)
+    outcome = _strings(_outcome(result))  # every metric's: as strings once, not once a metric
     found: list[Record] = []
 
     def add(name: str, values: Sequence[float | int | None], **extra: Any) -> None:
@@ -74,7 +94,7 @@ def metrics(result: Result) -> list[Record]:
         if dropped:
             extra["non_finite_values_dropped"] = dropped
         if kept or dropped:
-            found.append(_metric(name, kept, outcome | extra))
+            found.append(_metric(name, kept, outcome, extra))
 
     if result.speedup is not None:
         low, high = result.speedup_ci or (None, None)
@@ -95,12 +115,14 @@ def metrics(result: Result) -> list[Record]:
         reasons = sorted(set(result.break_reasons))
         breaks = {"graph_count": result.graph_count, "unique_graph_breaks": len(reasons), "break_reasons": reasons}
         add("graph_breaks", [result.graph_breaks], **breaks)
-    found.append(_metric("accuracy", [], outcome | {"benchmark_values": [accuracy(result)]}))
+    found.append(_metric("accuracy", [], outcome, {"benchmark_values": [accuracy(result)]}))
     return found
 
 
-def _metric(name: str, values: list[float], extra: Mapping[str, Any]) -> Record:
-    return {"name": name, "benchmark_values": values, "target_value": NO_TARGET, "extra_info": _strings(extra)}
+def _metric(name: str, values: list[float], outcome: dict[str, str], extra: Mapping[str, Any]) -> Record:
+    """A metric's part of a record: ``outcome`` (already strings) then its own ``extra`` in ``extra_info``."""
+    info = outcome | _strings(extra)
+    return {"name": name, "benchmark_values": values, "target_value": NO_TARGET, "extra_info": info}
 
 
 def _outcome(result: Result) -> dict[str, Any]:
@@ -247,7 +269,22 @@ def _runners(result: Result, nodes: Mapping[str, Node]) -> list[Record]:
 
 def _strings(values: Mapping[str, Any]) -> dict[str, str]:
     """A ``Map(String, String)`` column: strings as they are, anything else as JSON, None left out."""
-    return {k: v if isinstance(v, str) else json.dumps(v, sort_keys=True) for k, v in values.items() if v is not None}
+    return {k: _string(v) for k, v in values.items() if v is not None}
+
+
+def _string(value: Any) -> str:
+    """``value`` as JSON text: a string as it is; a bool, an int or a finite float as ``json.dumps`` writes it
+    (``true``, ``3``, ``float.__repr__``) without its call, the column's most common values by far."""
+    if isinstance(value, str):
+        return value
+    kind = type(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float and math.isfinite(value):
+        return float.__repr__(value)
+    return json.dumps(value, sort_keys=True)
 
 
 def _unix_seconds(created_at: str) -> int:

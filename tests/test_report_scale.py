@@ -110,6 +110,23 @@ def test_a_compressed_report_is_read_a_result_at_a_time_and_whole_when_a_line_is
         read(broken)
 
 
+def test_a_compressed_report_in_several_members_reads_and_one_cut_short_or_corrupt_is_one_line(kept, tmp_path):
+    """Every gzip member is read; a stream cut short or corrupt is the one-line error of any unreadable report."""
+    from orchestrator.report import ReportError
+
+    data = kept["gz"].read_bytes()
+    text = gzip.decompress(data)
+    members = tmp_path / "members.json.gz"
+    members.write_bytes(gzip.compress(text[:5000]) + gzip.compress(text[5000:]))
+    assert read(members) == read(kept["gz"])
+    cut, corrupt = tmp_path / "cut.json.gz", tmp_path / "corrupt.json.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    corrupt.write_bytes(data[:100] + b"garbage" * 50 + data[450:])
+    for path, why in ((cut, "ended before the end-of-stream marker"), (corrupt, "while decompressing")):
+        with pytest.raises(ReportError, match=f"cannot read {path}: .*{why}"):
+            read(path)
+
+
 def test_a_compressed_report_reads_whatever_its_name_and_from_a_store(kept, tmp_path):
     renamed = tmp_path / "renamed.json"
     renamed.write_bytes(kept["gz"].read_bytes())

@@ -57,6 +57,7 @@ from orchestrator.execution.cluster import ClusterInfo  # noqa: E402
 from orchestrator.execution.runner import run_experiments  # noqa: E402
 from orchestrator.plan.paths import check_out  # noqa: E402
 from orchestrator.plan.spec import load_spec  # noqa: E402
+from orchestrator.report.io import REPORT_SUFFIX  # noqa: E402
 from orchestrator.report.progress import RunProgress  # noqa: E402
 from orchestrator.store.journal import Journal, journal_path, read_journal  # noqa: E402
 
@@ -241,13 +242,14 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     spec = folder / "sweep.yaml"
     spec.write_text(yaml.safe_dump(spec_of(args.experiments, "cluster-scale", "cuda"), sort_keys=False))
-    sweep = phase("sweep", spec, folder / "sweep.json", args, args.profile)
-    phase("kill", spec, folder / "resumed.json", args)
-    resumed = phase("resume", spec, folder / "resumed.json", args)
+    # reports under the name the docs give a big sweep's (REPORT_SUFFIX: compressed, every sample kept)
+    sweep = phase("sweep", spec, folder / f"sweep{REPORT_SUFFIX}", args, args.profile)
+    phase("kill", spec, folder / f"resumed{REPORT_SUFFIX}", args)
+    resumed = phase("resume", spec, folder / f"resumed{REPORT_SUFFIX}", args)
     fast_n = int(KEEP_UP_GPUS * KEEP_UP_SIM_S) // 100 * 100
     fast_spec = folder / "keep-up.yaml"
     fast_spec.write_text(yaml.safe_dump(spec_of(fast_n, "cluster-scale", "cuda"), sort_keys=False))
-    fast = phase("keep-up", fast_spec, folder / "keep-up.json", args)
+    fast = phase("keep-up", fast_spec, folder / f"keep-up{REPORT_SUFFIX}", args)
     print_table(args, sweep, resumed, fast, folder)
 
 
@@ -258,7 +260,7 @@ def print_table(args: argparse.Namespace, sweep: dict, resumed: dict, fast: dict
     redraw_ms = redraws * sweep["redraw_s"] / n * 1e3
     total_ms = cpu_ms + redraw_ms
     fast_rate = fast["results"] / (fast["run_wall_s"] - fast["pool_cpu_s"])
-    killed_done = json.loads((folder / "resumed.done.json").read_text())
+    killed_done = json.loads((folder / f"resumed{REPORT_SUFFIX}").with_suffix(".done.json").read_text())
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     flags = f"--experiments {args.experiments} --gpus {args.gpus} --nodes {args.nodes}"
     print(f"$ python benchmarks/cluster_scale.py {flags}   # {os.cpu_count()} cores, load {load}")

@@ -31,7 +31,7 @@ from rich.text import Text
 
 from orchestrator.report.cells import Rows, clipped, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
-from orchestrator.report.io import ReportError, history_path, read
+from orchestrator.report.io import ReportError, collector_paused, history_path, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.points import (
     HISTORY_SUFFIX,
@@ -459,5 +459,6 @@ def min_changes(options: Sequence[str]) -> dict[Metric, float]:
 def history_of(patterns: Iterable[str], min_change: Mapping[Metric, float] | None = None) -> tuple[History, int]:
     """Read the reports ``patterns`` name and build their history, each metric's smallest change ``min_change``
     (``MIN_CHANGE`` for those it leaves out); the number of reports read with it."""
-    reports = load_points(list(patterns))
-    return series_of(reports, min_change), len(reports)
+    with collector_paused():  # hundreds of thousands of series, none of them garbage: nothing to collect
+        reports = load_points(list(patterns))
+        return series_of(reports, min_change), len(reports)

@@ -73,11 +73,12 @@ def write_report(report: Report, path: str | Path) -> None:
     text of 100,000 results is never held whole); any other name: JSON indented by 2, as people read it.
     """
     compressed = str(path).endswith(".gz")
-    data = _compressed(report) if compressed else bytes(report.model_dump_json(indent=2) + "\n", "utf-8")
-    write_atomic_bytes(path, data)
-    where = location(path)
-    name = where.name if isinstance(where, Path) else name_of(where)
-    points = report_points(report, name, len(data))
+    with collector_paused():  # the text of every result, then its points, made at once: none of it garbage
+        data = _compressed(report) if compressed else bytes(report.model_dump_json(indent=2) + "\n", "utf-8")
+        write_atomic_bytes(path, data)
+        where = location(path)
+        name = where.name if isinstance(where, Path) else name_of(where)
+        points = report_points(report, name, len(data))
     write_atomic_bytes(history_path(path), bytes(points.model_dump_json() + "\n", "utf-8"))
 
 
@@ -245,13 +246,15 @@ def load_journal(path: str | Path) -> Report:
     name = where.name if isinstance(where, Path) else name_of(where)
     warnings = [f"rebuilt from the journal {name}: the run may not have finished", *contents.warnings]
     finished = max((r.finished_at for r in results), default=0.0)
+    with collector_paused():
+        summary = summarize(results)
     return Report(
         created_at=datetime.fromtimestamp(finished, UTC).isoformat(timespec="seconds"),
         name=name.removesuffix(JOURNAL_SUFFIX).removesuffix(OBJECT_JOURNAL_SUFFIX),
         spec={},
         environment=_environment_from(results, warnings),
         results=results,
-        summary=summarize(results),
+        summary=summary,
         complete=False,
     )
 

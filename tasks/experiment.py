@@ -100,8 +100,9 @@ class CompileConfig(Closed):
     def _default_mode_is_none(cls, value: str | None) -> str | None:
         return None if value == "default" else value  # one spelling, one id, one label
 
-    def label(self) -> str:
-        """A short human name, unique per configuration: ``inductor:max-autotune+fullgraph``."""
+    def label(self, cache: CacheState | None = None) -> str:
+        """A short human name, unique per configuration: ``inductor:max-autotune+fullgraph``; with ``cache``,
+        the name of this configuration compiled with that cache state instead (a warm one's cold twin)."""
         parts = [self.backend + (f":{self.mode}" if self.mode else "")]
         if self.fullgraph:
             parts.append("fullgraph")
@@ -115,8 +116,9 @@ class CompileConfig(Closed):
             parts.append("options=" + _digest(self.options, 6))
         if self.mark_dynamic:
             parts.append("mark_dynamic=" + ",".join(f"{i}:{d}" for i, d in self.mark_dynamic))
-        if self.cache != "warm":
-            parts.append(self.cache)
+        state = cache or self.cache
+        if state != "warm":
+            parts.append(state)
         return "+".join(parts)
 
     @property

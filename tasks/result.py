@@ -422,10 +422,14 @@ class Result(Lean):
         """The configuration the result is ranked as in its group: its compile configuration and, for a
         distributed result, the strategy's options (``inductor+optimize_ddp=off``); the strategy and world
         size are its group's (``models.gpt training ddp x2``)."""
+        return self.config_label_as(self.compile.cache)
+
+    def config_label_as(self, cache: CacheState) -> str:
+        """``config_label`` as it reads for this configuration compiled with the cache state ``cache``."""
         if self.distributed is None:
-            return self.compile.label()
+            return self.compile.label(cache)
         options = self.distributed.config.label().split("+")[1:]  # after "ddp x2"
-        return "+".join([self.compile.label(), *options])
+        return "+".join([self.compile.label(cache), *options])
 
 
 def result_identity(exp: Experiment) -> dict[str, Any]:

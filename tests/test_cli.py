@@ -14,6 +14,8 @@ from typer.testing import CliRunner
 from orchestrator.cli import app
 from tasks.models import Result
 
+from .conftest import RAY_GPUS
+
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
@@ -103,7 +105,7 @@ def test_run_on_a_cluster_with_logical_gpus(ray_cluster, write_spec, tmp_path):
     report = json.loads((tmp_path / "r.json").read_text())
     assert [r["status"] for r in report["results"]] == ["ok"] * 3
     assert all(len(r["worker"]["gpu_ids"]) == 1 for r in report["results"])
-    assert report["environment"]["nodes"][0]["gpus"] == 4
+    assert report["environment"]["nodes"][0]["gpus"] == RAY_GPUS
     assert "3 ok" in result.output
 
 

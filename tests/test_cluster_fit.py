@@ -15,6 +15,7 @@ from orchestrator.machines.nodes import Node
 from orchestrator.plan.cluster_fit import check_fits, world_size_problem
 from orchestrator.plan.spec import SpecError, load_spec
 from tasks.models import Experiment
+from tests.conftest import RAY_GPUS
 
 
 def node(cpus: int, gpus: int = 0, model: str | None = None) -> Node:
@@ -104,7 +105,7 @@ def test_run_refuses_a_gang_no_node_of_a_fixed_cluster_holds_before_anything_run
     with pytest.raises(
         SpecError,
         match=re.escape(
-            "distributed.world_size: 8 ranks need 8 GPU(s) on one node (1 per rank); the largest node has 4"
+            f"distributed.world_size: 8 ranks need 8 GPU(s) on one node (1 per rank); the largest node has {RAY_GPUS}"
         ),
     ):
         api.run(spec, tmp_path / "r.json")

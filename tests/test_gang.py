@@ -16,7 +16,7 @@ from orchestrator.execution.runner import run_experiments
 from tasks.models import Experiment
 from tests.fault_targets import StubRank, StubWorker, stub_combine
 
-from .conftest import multinode_cluster
+from .conftest import RAY_CPUS, RAY_GPUS, multinode_cluster
 
 STUBS = {"executor": StubWorker, "rank_executor": StubRank, "combine": stub_combine}
 
@@ -35,11 +35,11 @@ def test_a_gang_forms_once_and_runs_the_experiments_of_its_world_size(ray_cluste
     results = run_experiments(experiments, ray_cluster, **STUBS)
     assert [r.status for r in results] == ["ok"] * 4
     gangs = Counter(r.distributed.gang_id for r in results)
-    assert len(gangs) <= 2 and sum(gangs.values()) == 4  # 4 logical GPUs: at most two gangs of 2
+    assert len(gangs) <= RAY_GPUS // 2 and sum(gangs.values()) == 4  # as many gangs of 2 as fit, each formed once
     for r in results:
         gpus = [g for rank in r.distributed.ranks for g in rank.gpu_ids]
         assert len(gpus) == 2 and len(set(gpus)) == 2  # one GPU per rank, each its own
-        assert r.reserved.gpus == 1 and r.reserved.cpus == 1  # each rank's share: 4 cores / 4 GPUs
+        assert r.reserved.gpus == 1 and r.reserved.cpus == RAY_CPUS // RAY_GPUS  # each rank's share of the cores
     pids = {r.distributed.gang_id: set() for r in results}
     for r in results:
         pids[r.distributed.gang_id].add(tuple(rank.pid for rank in r.distributed.ranks))

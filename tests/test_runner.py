@@ -1,4 +1,4 @@
-"""Running sweeps on a real local Ray (4 CPUs, 4 logical GPUs) with the real procedure:
+"""Running sweeps on a real local Ray (3 CPUs, 2 logical GPUs) with the real procedure:
 one long-lived worker per GPU, cores, caches and fresh processes, failures as results."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cl
     for r in results:
         assert len(r.worker.gpu_ids) == 1
         by_gpu[r.worker.gpu_ids[0]].append(r)
-    assert sorted(by_gpu) == ["0", "1", "2", "3"]
+    assert sorted(by_gpu) == [str(gpu) for gpu in range(RAY_GPUS)]
     for gpu, rs in by_gpu.items():
         assert overlaps(rs) == [], f"two experiments overlapped on GPU {gpu}"
         assert len({r.worker.pid for r in rs}) == 1  # one worker process per GPU, for the whole sweep
@@ -82,7 +82,7 @@ def test_failures_are_results_and_the_sweep_goes_on(ray_cluster, tmp_path):
     crash, unschedulable, broken, fine = results
     assert crash.status == "crashed" and crash.attempts == 2 and crash.error.type == "ray.exceptions.ActorDiedError"
     assert unschedulable.status == "unschedulable" and unschedulable.error.type == "Unschedulable"
-    assert unschedulable.error.message == "needs 9 GPU(s) on one node; the largest node has 4"
+    assert unschedulable.error.message == f"needs 9 GPU(s) on one node; the largest node has {RAY_GPUS}"
     assert broken.status == "runtime_error" and broken.error.message == "this factory cannot build its target"
     assert broken.attempts == 1  # an exception of the target is a result, not retried
     assert fine.status == "ok"

@@ -251,8 +251,7 @@ def cold_twin(results: Sequence[Result]) -> str | None:
     """The label of the same configuration compiled cold, for a configuration whose results are all warm."""
     if not results or any(r.compile.cache != "warm" for r in results):
         return None
-    cold = results[0].compile.model_copy(update={"cache": "cold"})
-    return results[0].model_copy(update={"compile": cold}).config_label
+    return results[0].config_label_as("cold")
 
 
 def cold_twins(configs: Mapping[str, Sequence[Result]]) -> list[tuple[str, str]]:

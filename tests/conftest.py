@@ -116,18 +116,18 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
 # worker takes the next module as it finishes one, so the long ones start at once, side by side, and the
 # short ones fill in around them instead of one long module running alone at the end.
 LONGEST_FIRST = (
-    "test_cli.py",  # 114 s: the seed sweep through the CLI alone takes 66-100 s
-    "test_runner.py",  # 142 s
-    "test_shared_cache.py",  # 88 s
+    "test_cli.py",  # 78 s: the seed sweep through the CLI alone takes 66-100 s, the suite's longest test
+    "test_runner.py",  # 89 s
+    "test_shared_cache.py",  # 62 s
     "test_pool.py",  # 61 s
-    "test_resume.py",  # 54 s
     "test_faults.py",  # 52 s
-    "test_storage.py",  # 51 s
-    "test_gang.py",  # 36 s
-    "test_tracing.py",  # 27 s
-    "test_benchmarks.py",  # 26 s
+    "test_gang.py",  # 34 s
+    "test_storage.py",  # 34 s
+    "test_resume.py",  # 33 s
     "test_isolation.py",  # 22 s
+    "test_tracing.py",  # 21 s
     "test_compile_cache_benchmark.py",  # 21 s
+    "test_benchmarks.py",  # 19 s
 )
 
 

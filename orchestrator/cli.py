@@ -269,17 +269,15 @@ def _read_report(path: str) -> Report:
     import gc
 
     from orchestrator.report import ReportError, read
+    from tasks.heap import collector_paused
 
-    was = gc.isenabled()
-    gc.disable()  # read()'s own pause then leaves it off
-    try:
-        report = read(path)
-    except ReportError as e:
-        raise _fail(str(e), 2) from None
-    finally:
-        gc.freeze()
-        if was:
-            gc.enable()
+    with collector_paused():  # read()'s own pause inside it leaves the collector off until the freeze
+        try:
+            report = read(path)
+        except ReportError as e:
+            raise _fail(str(e), 2) from None
+        finally:
+            gc.freeze()
     return report
 
 

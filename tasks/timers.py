@@ -22,17 +22,16 @@ On CUDA there are two methods (``timing.method``):
 
 from __future__ import annotations
 
-import gc
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import torch
 
+from tasks.heap import collector_paused
 from tasks.models import TimingConfig
 
 Clock = Callable[[], float]
@@ -150,19 +149,6 @@ def plan(
     return Plan(warmup=max(warmup, min_warmup), repeats=repeats, block_size=block)
 
 
-@contextmanager
-def gc_paused() -> Any:
-    """Python's garbage collector off while timing, as ``timeit`` (and so torch.utils.benchmark)
-    does: a collection triggered by one call's allocations would otherwise land in a random sample."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 class Timer(Protocol):
     method: str  # what ``Measurement.timer`` records
     blocked: bool  # short calls are timed in blocks
@@ -216,11 +202,11 @@ class CpuTimer:
         the sample is the block time divided by the block size. CPU kernels have finished when a
         call returns, so no synchronisation is needed. Side A's block, side B's block, A, B…: a
         change in clock speed or load during the measurement hits both sides alike. The garbage
-        collector is paused throughout (``gc_paused``).
+        collector is paused throughout (``tasks.heap.collector_paused``, as ``timeit`` does).
         """
         samples: list[list[float]] = [[] for _ in fns]
         setups = setups or [None] * len(fns)
-        with gc_paused():
+        with collector_paused():
             for _ in range(rounds):
                 for fn, p, out, setup in zip(fns, plans, samples, setups, strict=True):
                     if setup is not None:
@@ -324,7 +310,7 @@ class CudaTimer:
         walls: list[list[float]] = [[] for _ in fns]
         events: list[list[tuple[Any, Any]]] = [[] for _ in fns]
         cycles_per_ms = self._spin_rate()
-        with gc_paused():
+        with collector_paused():
             for _ in range(rounds):
                 for fn, setup, wall, pairs in zip(fns, setups, walls, events, strict=True):
                     if setup is not None:
@@ -356,7 +342,7 @@ class CudaTimer:
         self._sync()
         events = [[(_event(), _event()) for _ in range(rounds)] for _ in fns]
         setups = setups or [None] * len(fns)
-        with gc_paused():
+        with collector_paused():
             for i in range(rounds):
                 for fn, side, setup in zip(fns, events, setups, strict=True):
                     if setup is not None:

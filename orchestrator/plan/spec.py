@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import gc
 import inspect
 import json
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from orchestrator.plan.sweep import check_path, deep_merge, expand
 from tasks.experiment import Experiment
+from tasks.heap import collector_paused
 from tasks.targets import TargetError, check_params, params_of, resolve
 from tasks.text import error_line
 
@@ -68,13 +68,8 @@ def load_spec(path: str | Path) -> Spec:
     Python's cyclic garbage collector is paused meanwhile: expanding builds many small objects and
     no cycles, and the collector would walk every experiment built so far again and again (a third
     of the time of 20,000 experiments, more of 100,000)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with collector_paused():
         return _load_spec(Path(path))
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _load_spec(path: Path) -> Spec:

@@ -25,7 +25,6 @@ from typing import Any
 
 from orchestrator.report.io import (
     ReportError,
-    collector_paused,
     load_journal,
     load_report,
     read,
@@ -48,6 +47,7 @@ from orchestrator.report.models import (
 )
 from orchestrator.report.render import csv_text, markdown, print_report, results_table, summary_table
 from orchestrator.report.summary import device_model, summarize
+from tasks.heap import collector_paused
 from tasks.models import Result
 
 __all__ = [

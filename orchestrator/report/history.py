@@ -31,7 +31,7 @@ from rich.text import Text
 
 from orchestrator.report.cells import Rows, clipped, markdown_table, ms, rich_table, seconds, times
 from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
-from orchestrator.report.io import ReportError, collector_paused, history_path, read
+from orchestrator.report.io import ReportError, history_path, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.points import (
     HISTORY_SUFFIX,
@@ -43,6 +43,7 @@ from orchestrator.report.points import (
 )
 from orchestrator.store.storage import Location, StorageError, join, location, open_location, parent, read_bytes
 from orchestrator.store.storage import glob as glob_objects
+from tasks.heap import collector_paused
 from tasks.models import Phase, Precision
 
 __all__ = ["METRICS", "Metric", "metric_value"]  # history's metrics, defined with the points beside each report

@@ -10,13 +10,11 @@ with gzip, about a ninth of the indented text; any report is read compressed or 
 
 from __future__ import annotations
 
-import gc
 import gzip
 import io
 import json
 import zlib
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -29,6 +27,7 @@ from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
 from orchestrator.store.storage import Location, StorageError, join, location, name_of, parent, read_bytes, write_bytes
 from tasks.files import write_atomic as write_file_atomic
+from tasks.heap import collector_paused
 from tasks.result import Result
 from tasks.text import validation_line
 
@@ -176,20 +175,6 @@ def _streamed(stored: bytes) -> Report | None:
     except (ValidationError, OSError, EOFError, zlib.error):
         return None
     return None  # cut short before the results' end
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cycle collector off inside, as it was after: a report's results are millions of objects made
-    at once and none of them garbage, which the collector would otherwise scan again and again (reading
-    10,000 results took 3.4 times as long with it on; ``benchmarks/read_scale.py``)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def upgrade(data: dict[str, Any], where: str = "report") -> Report:

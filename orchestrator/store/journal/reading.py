@@ -13,10 +13,7 @@ only ``contents`` of the package.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,6 +21,7 @@ from pydantic import ValidationError
 
 from orchestrator.store.journal.contents import JOURNAL_SUFFIX, JournalContents, run_key
 from orchestrator.store.storage import Location, StorageError, join, location, name_of, open_location, problem
+from tasks.heap import collector_paused
 from tasks.models import Result
 from tasks.text import validation_line
 
@@ -90,23 +88,9 @@ def read_journal(path: Location) -> JournalContents:
         raise StorageError(problem(e, where)) from None
 
 
-@contextlib.contextmanager
-def without_cycle_collection() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while the block builds results. Reading builds many
-    small objects and no cycles, and the collector would walk every object built so far again and
-    again: two thirds of the time of reading 20,000 results."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 def parse_lines(data: bytes, name: str) -> JournalContents:
     """The results of a local journal's bytes, one JSON line each."""
-    with without_cycle_collection():
+    with collector_paused():  # many small objects, no cycles: two thirds of reading 20,000 results otherwise
         return _parse_lines(data, name)
 
 

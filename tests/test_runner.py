@@ -34,8 +34,8 @@ def overlaps(results: list[Result]) -> list[tuple[str, str]]:
 
 
 def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cluster, tmp_path):
-    """The first four experiments wait in their factory until four run at once: so every GPU
-    has a worker, and none runs two experiments at a time."""
+    """The first experiments wait in their factory until one runs on each GPU at once (``RAY_GPUS``): so every
+    GPU has a worker, and none runs two experiments at a time."""
     barrier = {"folder": str(tmp_path / "barrier"), "parties": RAY_GPUS}
     experiments = [
         *(

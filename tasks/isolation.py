@@ -49,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-CACHE_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+INDUCTOR_CACHE_ENV = "TORCHINDUCTOR_CACHE_DIR"  # read by inductor at each use
+CACHE_ENV = (INDUCTOR_CACHE_ENV, "TRITON_CACHE_DIR")
 CLAIM_ENV = "COMPILEBENCH_CORE_CLAIM"  # a claiming worker's claim, as JSON, for the processes it starts
 PIN_ROUNDS = 8  # passes over the threads until none is outside (one may start while others are pinned)
 M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # mallopt parameters, from glibc's malloc.h
@@ -270,7 +271,7 @@ def isolate(cpus: int | None, cache: str, slot: str, allocator: str = "steady") 
         else:
             cache_dir = None
         if cache_dir:
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # read at each use by inductor
+            os.environ[INDUCTOR_CACHE_ENV] = cache_dir
             os.environ["TRITON_CACHE_DIR"] = str(Path(cache_dir) / "triton")
         iso = Isolation(cores, _holds(claim), cache_dir, compile_threads, allocator_in_effect, claim)
         yield iso

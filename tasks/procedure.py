@@ -163,8 +163,10 @@ def _run(
         return draft.finish(exp, "runtime_error", e)
     # Shared: the artifacts stored for this compile loaded into the empty local caches, before anything compiles.
     shared = SharedCache.load(exp, device, placement.compile_cache) if exp.compile.cache == "shared" else None
-    # A fresh process: inductor's probe of the CPU, once per process, run and timed before anything compiles.
-    isa_probe_s = probe_cpu_isa(device, exp.compile) if exp.compile.cache != "warm" else None
+    # Inductor's probe of the CPU, once per process, run and timed before anything compiles; a fresh process's
+    # result records it (a warm one's priming compile would have paid it).
+    probe_s = probe_cpu_isa(device, exp.compile)
+    isa_probe_s = probe_s if exp.compile.cache != "warm" else None
     with precision.active(exp.precision, device), phases.grad_mode(exp.phase):
         if exp.replay is not None:  # shape traffic in place of one shape's timing
             result = _replay(exp, device, timer, draft)

@@ -4,13 +4,14 @@ callable that is compiled."""
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
 
 import tasks.compiling
 from tasks.compiling import cache_use
-from tasks.models import CompileCache, Experiment
+from tasks.models import CompileCache, CompileConfig, Experiment
 from tasks.procedure import run_experiment
 from tests.compile_targets import FALLBACK_RANDOM_SEEN
 
@@ -103,6 +104,27 @@ def test_a_fresh_process_probes_the_cpu_before_the_measured_compile_and_records_
     warm = run("tests.compile_targets:make_gelu_sin", params={"size": 44})  # the priming compile paid it
     eager = run("tests.compile_targets:make_gelu_sin", compile={"backend": "eager", "cache": "cold"})
     assert warm.compile_cache.isa_probe_s is None and eager.compile_cache.isa_probe_s is None
+
+
+def test_the_probe_builds_its_programs_in_the_nodes_directory_for_them_not_the_cold_one(monkeypatch, tmp_path):
+    """The probe's test programs are the machine's: a cold compile's directory holds only what it compiled,
+    and the next fresh process on the node finds them built."""
+    import torch._inductor.cpu_vec_isa as vec_isa
+
+    from tasks.compiling import isa_probe_dir, probe_cpu_isa
+
+    monkeypatch.setenv("COMPILEBENCH_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cold"))
+    seen = []
+    monkeypatch.setattr(vec_isa, "pick_vec_isa", lambda: seen.append(os.environ["TORCHINDUCTOR_CACHE_DIR"]))
+    assert probe_cpu_isa(torch.device("cpu"), CompileConfig(cache="cold")) is not None
+    assert seen == [str(isa_probe_dir())] and isa_probe_dir().parent.parent == tmp_path / "state"
+    assert torch.__version__ in isa_probe_dir().name  # its vector headers are compiled in
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cold")  # back for the measured compile
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    assert probe_cpu_isa(torch.device("cpu"), CompileConfig(cache="shared")) is not None
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ and len(seen) == 2
+    assert probe_cpu_isa(torch.device("cpu"), CompileConfig(backend="eager", cache="cold")) is None
 
 
 def test_a_backend_without_inductor_records_no_cache_use():

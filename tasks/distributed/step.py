@@ -214,11 +214,12 @@ def measure(exp: Experiment, gang: Gang, timer: GangTimer, measurement: Measurem
 
     # 4. Prime the on-disk caches with this very compile (warm), then forget everything in memory.
     with gang.stage("priming the compile caches", "compile_error"):
+        probe_s = probe_cpu_isa(device, exp.compile)  # once per process; a fresh process's result records it
         if exp.compile.cache == "warm":
             primed = checked_inputs(run, work.inputs, exp.seed)
             timer.first_call(lambda: compiled_side(*primed))
         forget_compiled()
-        isa_probe_s = probe_cpu_isa(device, exp.compile) if exp.compile.cache != "warm" else None
+        isa_probe_s = probe_s if exp.compile.cache != "warm" else None
 
     # 5. The measured compile: the first compiled step from the saved state, on the same batch.
     with DynamoWatch() as watch, DdpSplits() as splits:

@@ -1,8 +1,9 @@
-"""The pool on a multi-node cluster: 4 nodes of 8 logical GPUs (two GPU models), the stub executor.
+"""The pool on a multi-node cluster: 4 nodes of 4 logical GPUs (two GPU models), the stub executor.
 
 ``tests.fault_targets.StubWorker`` replaces the benchmark procedure in these workers (the
-executor seam of ``run_experiments``), so that scheduling is tested at scale without torch in
-32 worker processes on a 2-core machine; the real procedure runs in test_runner and test_faults.
+executor seam of ``run_experiments``), so that scheduling is tested wide without torch: 16 worker
+processes on a 2-core machine (32 GPUs of real Ray: ``benchmarks/ray_width.py``); the real procedure
+runs in test_runner and test_faults.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tests.fault_targets import StubWorker
 
 from .conftest import multinode_cluster
 
-NODE = {"num_cpus": 8, "num_gpus": 8}
+NODE = {"num_cpus": 4, "num_gpus": 4}
 MODELS = ["A100", "A100", "H100", "H100"]
 
 
@@ -41,7 +42,7 @@ def model_of(cluster, node_id: str) -> str | None:
     return next(n.gpu_models[0] if n.gpu_models else None for n in cluster.nodes if n.node_id == node_id)
 
 
-def test_a_thousand_experiments_on_32_gpus_are_each_reported_once(cluster, tmp_path):
+def test_a_thousand_experiments_on_16_gpus_are_each_reported_once(cluster, tmp_path):
     experiments = [stub(seed, ms=20) for seed in range(1000)]
     seen: list[str] = []
     with Journal(tmp_path / "j.jsonl") as journal:
@@ -60,10 +61,10 @@ def test_a_thousand_experiments_on_32_gpus_are_each_reported_once(cluster, tmp_p
         (gpu,) = r.worker.gpu_ids
         by_slot[(r.worker.node_id, gpu)].append(r)
         assert r.worker.gpu_model == model_of(cluster, r.worker.node_id)
-        assert r.reserved.gpus == 1 and r.reserved.cpus == 1  # 8 cores / 8 GPUs
+        assert r.reserved.gpus == 1 and r.reserved.cpus == 1  # 4 cores / 4 GPUs
     pids_per_slot = {slot: {r.worker.pid for r in rs} for slot, rs in by_slot.items()}
     assert all(len(pids) == 1 for pids in pids_per_slot.values())  # one long-lived worker per GPU
-    assert len(by_slot) <= 32
+    assert len(by_slot) <= 16
     for rs in by_slot.values():
         spans = sorted((r.started_at, r.finished_at) for r in rs)
         assert all(b[0] >= a[1] for a, b in itertools.pairwise(spans))  # one at a time per GPU
@@ -85,7 +86,7 @@ def test_models_gpu_counts_and_cpu_workers(cluster):
         assert r.worker.gpu_model == r.gpu_model == model_of(cluster, r.worker.node_id)
     pair, whole_node, three_cores = results[12:]
     assert len(pair.worker.gpu_ids) == 2 and pair.reserved.gpus == 2 and pair.reserved.cpus == 2
-    assert whole_node.worker.gpu_ids == [] and whole_node.reserved.cpus == 8 and whole_node.worker.gpu_model is None
+    assert whole_node.worker.gpu_ids == [] and whole_node.reserved.cpus == 4 and whole_node.worker.gpu_model is None
     assert three_cores.reserved.cpus == 3 and three_cores.requested.cpus == 3
 
 
@@ -147,7 +148,7 @@ def test_calibrate_alone_runs_everywhere_and_flags_the_results_of_slow_gpus(clus
     from tests.fault_targets import SLOW_GPU, CalibratedStub
 
     probes = []
-    experiments = [stub(i, ms=300) for i in range(32)]
+    experiments = [stub(i, ms=300) for i in range(16)]
     results = run_experiments(
         experiments, cluster, calibrate=True, on_calibration=probes.append, executor=CalibratedStub
     )

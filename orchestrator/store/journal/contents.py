@@ -52,6 +52,18 @@ class JournalContents:
     def __len__(self) -> int:
         return len(self.results)
 
+    def keep(self, result: Result) -> bool:
+        """Add ``result`` unless its run is there already (then False: a repeat, as a journal keeps the first)."""
+        key = run_key(result)
+        if key in self.results:
+            return False
+        self.results[key] = result
+        return True
+
+    def copy(self) -> JournalContents:
+        """Another holder of the same results and warnings, to grow apart from this one."""
+        return JournalContents(dict(self.results), list(self.warnings))
+
 
 def refusal(where: str, contents: JournalContents) -> JournalError:
     """The error of a run that finds an earlier run's journal at ``where`` and was told neither to resume

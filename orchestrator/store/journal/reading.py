@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
-from orchestrator.store.journal.contents import JOURNAL_SUFFIX, JournalContents, run_key
+from orchestrator.store.journal.contents import JOURNAL_SUFFIX, JournalContents
 from orchestrator.store.storage import Location, StorageError, join, location, name_of, open_location, problem
 from tasks.heap import collector_paused
 from tasks.models import Result
@@ -107,7 +107,7 @@ def _parse_lines(data: bytes, name: str) -> JournalContents:
             why = "cut short, as by a driver killed while writing it" if cut else validation_line(e)
             contents.warnings.append(f"{name}: skipped line {number}, which is not a result ({why})")
             continue
-        repeats += not _keep_first(contents, result)
+        repeats += not contents.keep(result)
     _warn_repeats(contents, repeats, name)
     return contents
 
@@ -128,18 +128,9 @@ def read_objects(fs: AbstractFileSystem, root: str, label: str) -> JournalConten
         except ValidationError as e:
             contents.warnings.append(f"{label}/{name}: skipped, which is not a result ({validation_line(e)})")
             continue
-        repeats += not _keep_first(contents, result)
+        repeats += not contents.keep(result)
     _warn_repeats(contents, repeats, label)
     return contents
-
-
-def _keep_first(contents: JournalContents, result: Result) -> bool:
-    """Add ``result`` unless its run is there already (then False: a repeat)."""
-    key = run_key(result)
-    if key in contents.results:
-        return False
-    contents.results[key] = result
-    return True
 
 
 def _warn_repeats(contents: JournalContents, repeats: int, name: str) -> None:

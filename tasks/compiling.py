@@ -36,7 +36,7 @@ import torch._dynamo
 import torch._inductor.config
 from torch._dynamo.utils import counters
 
-from tasks.isolation import INDUCTOR_CACHE_ENV, state_root
+from tasks.isolation import INDUCTOR_CACHE_ENV
 from tasks.models import CacheState, CompileCache, CompileConfig
 from tasks.text import first_line
 
@@ -135,10 +135,10 @@ def probe_cpu_isa(device: torch.device, cfg: CompileConfig) -> float | None:
     result records it as ``compile_cache.isa_probe_s``. A warm experiment calls it too, before
     its priming compile, and records nothing: its measured compile never paid it.
 
-    The test programs are a fact of the machine and this torch, not of any compile: they are
-    built into the node's directory for them (``isa_probe_dir``), once, and a cold cache
-    directory holds only what the measured compile makes. Every later process on the node only
-    loads them (the 1.4 s above, not 8-10 s).
+    The test programs are a fact of the machine, not of any compile: they are built where
+    inductor builds them in a process nothing isolates (``isa_probe_dir``), once a machine, and a
+    cold cache directory holds only what the measured compile makes. Every later process on the
+    machine only loads them (the 1.4 s above, not 8-10 s).
     """
     if device.type != "cpu" or cfg.backend != "inductor":
         return None
@@ -154,9 +154,12 @@ def probe_cpu_isa(device: torch.device, cfg: CompileConfig) -> float | None:
 
 
 def isa_probe_dir() -> Path:
-    """The node's directory for inductor's CPU probe programs, one per torch version (its vector
-    headers are compiled in)."""
-    return state_root() / "cache" / f"isa-probe-{torch.__version__}"
+    """Where inductor's CPU probe programs are built and kept: inductor's own default cache directory
+    (``/tmp/torchinductor_<user>``), shared by every process of the user on the machine, as when nothing
+    sets ``TORCHINDUCTOR_CACHE_DIR``; each program is named by the hash of its source and flags."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    return Path(default_cache_dir())
 
 
 @contextmanager

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from orchestrator.api import RunPlan
     from orchestrator.plan.spec import Spec
     from orchestrator.report import Report
+    from orchestrator.report.cells import Rows
 
 app = typer.Typer(
     add_completion=False,
@@ -209,9 +210,12 @@ def run(
         progress.stop()
     for warning in report.environment.warnings:
         err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
-    print_report(out_console, report)
+    from orchestrator.report.views import views
+
+    shown = list(views(report))  # the terminal's tables and the page's: worked out once
+    print_report(out_console, report, shown=shown)
     if html is not None:
-        _write_html(report, html)
+        _write_html(report, html, shown)
     out_console.print(f"Report: {out}" + (f", {html}" if html else ""), highlight=False)
 
 
@@ -281,10 +285,10 @@ def _read_report(path: str) -> Report:
     return report
 
 
-def _write_html(report: Report, path: str) -> None:
+def _write_html(report: Report, path: str, shown: Sequence[Rows] | None = None) -> None:
     from orchestrator.report.html import render_html
 
-    _write_page(render_html(report), path)
+    _write_page(render_html(report, shown), path)
 
 
 def _write_page(text: str | Iterable[str], path: str) -> None:
@@ -320,14 +324,16 @@ def report(
 ) -> None:
     """Show a report again: tables, Markdown or CSV (one row a result), and an HTML page. Needs no Ray."""
     from orchestrator.report import csv_text, markdown, print_report
+    from orchestrator.report.views import views
 
     loaded = _read_report(path)
+    shown = list(views(loaded)) if format == "table" else None  # the terminal's tables and the page's: once
     if format == "table":
-        print_report(out_console, loaded)
+        print_report(out_console, loaded, shown=shown)
     else:
         sys.stdout.write(markdown(loaded) if format == "markdown" else csv_text(loaded))
     if html is not None:
-        _write_html(loaded, html)
+        _write_html(loaded, html, shown)
         err_console.print(f"HTML: {html}", highlight=False)
 
 

@@ -10,9 +10,11 @@ the views below them.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote
 
+from orchestrator.report.cells import Rows
 from orchestrator.report.charts import (
     compile_figure,
     pareto_figure,
@@ -24,7 +26,7 @@ from orchestrator.report.charts import (
 )
 from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
-from orchestrator.report.views import failures_rows, headline, results_rows, ship_rows, views
+from orchestrator.report.views import SHIP_TITLE, failures_rows, headline, results_rows, views
 from tasks.text import first_line
 
 MAX_SAMPLE_RESULTS = 1000  # results whose raw samples the page embeds for the distribution chart
@@ -50,11 +52,13 @@ SAMPLES_JS = """
 """
 
 
-def render_html(report: Report) -> str:
-    """The page as one string: header and warnings, summary tables, charts, failures, every result."""
+def render_html(report: Report, shown: Sequence[Rows] | None = None) -> str:
+    """The page as one string: header and warnings, summary tables, charts, failures, every result.
+    ``shown``: the report's ``views``, where they were worked out already (the terminal's)."""
     body = [_header(report)]
-    ship = ship_rows(report.summary)
-    if ship.rows:
+    shown = list(views(report)) if shown is None else shown
+    ship = next((view for view in shown if view.title == SHIP_TITLE), None)
+    if ship is not None:
         body.append("<h2>What to ship</h2>")
         body.append(table_html(ship))
         body.append(
@@ -64,7 +68,7 @@ def render_html(report: Report) -> str:
         )
         body.append(figure_html(pareto_figure(report), "chart-pareto"))
     body.append("<h2>Summary</h2>")
-    body += [table_html(view) for view in views(report) if view.title not in ("failures", ship.title)]
+    body += [table_html(view) for view in shown if view.title not in ("failures", SHIP_TITLE)]
     body.append("<h2>Speedup per target and configuration</h2>")
     body.append(
         '<p class="meta">Ratio of medians (eager / compiled), with its 95% bootstrap interval; the line is 1.0x '

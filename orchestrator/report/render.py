@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.report.cells import SCREENFUL, clipped, markdown_table, rich_table
+from orchestrator.report.cells import SCREENFUL, Rows, clipped, markdown_table, rich_table
 from orchestrator.report.models import Report, Summary
 from orchestrator.report.summary import device_model
 from orchestrator.report.views import (
@@ -47,8 +47,9 @@ def summary_table(summary: Summary) -> Table:
     return rich_table(groups_rows(summary))
 
 
-def print_report(console: Console, report: Report, results: bool = True) -> None:
-    """The whole report on a terminal: warnings first, the results, then the summary.
+def print_report(console: Console, report: Report, results: bool = True, shown: Sequence[Rows] | None = None) -> None:
+    """The whole report on a terminal: warnings first, the results, then the summary (``shown``: its
+    ``views``, where they were worked out already).
 
     Past a screenful (``SCREENFUL``) of results the table of results is left out, and each summary table
     shows its first rows and says how many more there are and how to see them all (``--format markdown``,
@@ -64,7 +65,7 @@ def print_report(console: Console, report: Report, results: bool = True) -> None
             Text(f"{report.name}: {len(report.results):,} results, one row each with --format csv (or markdown)"),
             soft_wrap=True,
         )
-    for view in views(report):
+    for view in views(report) if shown is None else shown:
         view = clipped(view, rest="every row with --format markdown, every result with --format csv") if many else view
         console.print(rich_table(view))
         for note in view.notes:

@@ -10,6 +10,7 @@ and the replay and ranks views below it; nothing that draws.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from orchestrator.machines.calibration import SLOW_THRESHOLD
 from orchestrator.report.cells import TIE_TEXT, Rows, figure, interval, ms, rate, seconds, times
@@ -40,6 +41,8 @@ DEVICE_NUMBERS = ("unchecked", "95% CI", "within-run CI", "GPU spread", "compile
 SPREAD_NOTE = (
     "GPU spread: the fastest GPU's speedup over the slowest's, each GPU's the median of the replicates it ran."
 )
+
+SHIP_TITLE: Final = "what to ship"
 
 
 def headline(report: Report) -> list[str]:
@@ -206,7 +209,7 @@ def ship_rows(summary: Summary) -> Rows:
         where = "every group" if len(labels) == len(decided) > 1 else ", ".join(dict.fromkeys(labels))
         notes.append(f"{where}: {note}")
     right = {"lower bound", "break-even calls", "compile s", "time for the calls"}
-    return Rows("what to ship", headers, rows, right, notes)
+    return Rows(SHIP_TITLE, headers, rows, right, notes)
 
 
 SHIP_NOTE = (

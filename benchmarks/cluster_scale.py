@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.big_spec import spec_of  # noqa: E402
 from benchmarks.simulated_cluster import Scenario, SimPool  # noqa: E402
-from orchestrator.api import DEFAULT_PENDING_TIMEOUT_S, Holding, make_plan, settled_heap, write  # noqa: E402
+from orchestrator.api import DEFAULT_PENDING_TIMEOUT_S, make_plan, settled_heap, write  # noqa: E402
 from orchestrator.execution.cluster import ClusterInfo  # noqa: E402
 from orchestrator.execution.runner import run_experiments  # noqa: E402
 from orchestrator.plan.paths import check_out  # noqa: E402
@@ -109,28 +109,26 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
                 Path(args.out).with_suffix(".done.json").write_text(json.dumps(done))
                 os.kill(os.getpid(), signal.SIGKILL)
 
-        held = Holding(journal.previous, on_result)
         progress.start()
         profiler = cProfile.Profile() if args.profile else None
         run_cpu0, run_t0 = time.process_time(), time.perf_counter()
         with profiler or contextlib.nullcontext():
-            run_experiments(
+            ran = run_experiments(
                 plan.todo,
                 cluster,
                 journal=journal,
-                on_result=held,
+                on_result=on_result,
                 report=out,
                 pending_timeout_s=DEFAULT_PENDING_TIMEOUT_S,
                 pool=pool,
                 clock=pool.clock,
-                keep_results=False,  # as orchestrator.api.run: held as journaled
             )
         run_cpu, run_wall = time.process_time() - run_cpu0, time.perf_counter() - run_t0
         run_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         progress.stop()
         redraw_s = redraw_cost(progress)
         t2, cpu2 = time.perf_counter(), time.process_time()
-        report = write(plan.spec, held.contents, cluster, out)
+        report = write(plan.spec, journal.previous.with_results(ran), cluster, out)
         report_s, report_cpu_s = time.perf_counter() - t2, time.process_time() - cpu2
     if profiler is not None:
         stats = io.StringIO()

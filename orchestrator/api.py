@@ -134,14 +134,13 @@ def run(
         if on_start is not None:
             on_start(plan)
         probes: list[Calibration] = []
-        held = Holding(journal.previous, on_result)
         try:
             with sigterm_as_interrupt():
-                run_experiments(
+                ran = run_experiments(
                     plan.todo,
                     cluster,
                     journal=journal,
-                    on_result=held,
+                    on_result=on_result,
                     report=out,
                     pending_timeout_s=pending,
                     start_timeout_s=worker_start_timeout_s,
@@ -150,30 +149,13 @@ def run(
                     exclude_slow=exclude_slow,
                     on_calibration=probes.append,
                     compile_cache=shared_cache,
-                    keep_results=False,  # held as journaled (``Holding``), not as a list
                 )
-        except KeyboardInterrupt:  # an interrupt may cut the hand-over short: the journal is what was written
+        except KeyboardInterrupt:  # the runner returns nothing: the journal is what was written
             raise RunInterrupted(write(plan.spec, read_journal(journal.path), cluster, out, probes)) from None
-        return write(plan.spec, held.contents, cluster, out, probes)
-
-
-class Holding:
-    """The journal's contents as a run grows them, so that its report is built without reading the journal
-    back: the results it was resumed with, then each result the runner hands over once its line is synced
-    (the first of each run, as reading keeps), each passed on to ``then``.
-
-    Reading back 100,000 results took 4.3 s of validating lines the driver had just written from these
-    very objects (``benchmarks/cluster_scale.py``); holding them costs no more at the end, when reading
-    them back would have held them too, and about 1 GB more while the run lasts."""
-
-    def __init__(self, previous: JournalContents, then: OnResult | None = None) -> None:
-        self.contents = previous.copy()
-        self.then = then
-
-    def __call__(self, result: Result) -> None:
-        self.contents.keep(result)
-        if self.then is not None:
-            self.then(result)
+        # The report from the results the runner held as it journaled them, not the journal read back: reading
+        # 100,000 results back took 4.3 s of validating lines written from these very objects
+        # (benchmarks/cluster_scale.py); holding them costs no more at the end, about 1 GB more while the run lasts.
+        return write(plan.spec, journal.previous.with_results(ran), cluster, out, probes)
 
 
 def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:

@@ -7,6 +7,7 @@ logs build on it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import overload
@@ -60,9 +61,13 @@ class JournalContents:
         self.results[key] = result
         return True
 
-    def copy(self) -> JournalContents:
-        """Another holder of the same results and warnings, to grow apart from this one."""
-        return JournalContents(dict(self.results), list(self.warnings))
+    def with_results(self, results: Iterable[Result]) -> JournalContents:
+        """What the journal holds once ``results`` were appended to these contents (a run's, after those it
+        resumed), without reading it back; these contents stay as they are."""
+        after = JournalContents(dict(self.results), list(self.warnings))
+        for result in results:
+            after.keep(result)
+        return after
 
 
 def refusal(where: str, contents: JournalContents) -> JournalError:

@@ -36,7 +36,7 @@ import torch._dynamo
 import torch._inductor.config
 from torch._dynamo.utils import counters
 
-from tasks.isolation import INDUCTOR_CACHE_ENV
+from tasks.isolation import INDUCTOR_CACHE_ENV, restore_environment
 from tasks.models import CacheState, CompileCache, CompileConfig
 from tasks.text import first_line
 
@@ -165,15 +165,12 @@ def isa_probe_dir() -> Path:
 @contextmanager
 def _inductor_cache_dir(path: Path) -> Iterator[None]:
     """Inductor's cache directory set to ``path`` (read at each use) for the ``with`` body, then back."""
-    saved = os.environ.get(INDUCTOR_CACHE_ENV)
+    saved = {INDUCTOR_CACHE_ENV: os.environ.get(INDUCTOR_CACHE_ENV)}
     os.environ[INDUCTOR_CACHE_ENV] = str(path)
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop(INDUCTOR_CACHE_ENV, None)
-        else:
-            os.environ[INDUCTOR_CACHE_ENV] = saved
+        restore_environment(saved)
 
 
 def cache_counters() -> dict[str, int]:

@@ -43,7 +43,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -278,15 +278,20 @@ def isolate(cpus: int | None, cache: str, slot: str, allocator: str = "steady") 
     finally:
         if iso is not None:
             iso.still_exclusive()
-        for name, value in saved_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        restore_environment(saved_env)
         if cpus:
             torch.set_num_threads(saved_threads)
         if cold_dir:
             shutil.rmtree(cold_dir, ignore_errors=True)
+
+
+def restore_environment(saved: Mapping[str, str | None]) -> None:
+    """Each variable of ``saved`` back to its saved value, or unset where that is None (it was unset)."""
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def set_allocator(setting: str) -> str | None:

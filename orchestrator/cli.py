@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.plan.spec import Spec
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
+    from orchestrator.report.digest import Glance
 
 app = typer.Typer(
     add_completion=False,
@@ -285,6 +286,25 @@ def _read_report(path: str) -> Report:
     return report
 
 
+def _read_glance(path: str) -> Glance:
+    """The report at ``path`` as the gate reads it (``io.load_glance``: a compressed report's digests alone),
+    frozen out of the cycle collector's scans as ``_read_report`` does."""
+    import gc
+
+    from orchestrator.report import ReportError
+    from orchestrator.report.io import load_glance
+    from tasks.heap import collector_paused
+
+    with collector_paused():
+        try:
+            report = load_glance(path)
+        except ReportError as e:
+            raise _fail(str(e), 2) from None
+        finally:
+            gc.freeze()
+    return report
+
+
 def _write_html(report: Report, path: str, shown: Sequence[Rows] | None = None) -> None:
     from orchestrator.report.html import render_html
 
@@ -399,7 +419,7 @@ def compare(
         figures = read_noise(noise) if noise is not None else []
     except NoiseError as e:
         raise _fail(f"--noise: {e}", 2) from None
-    reports = _read_report(base), _read_report(new)
+    reports = _read_glance(base), _read_glance(new)
     thresholds = Thresholds(
         speed=threshold,
         compile=compile_threshold,
@@ -420,7 +440,7 @@ def compare(
     raise typer.Exit(1 if result.fails else 0)
 
 
-def _save_noise(path: str, base: Report, new: Report, names: tuple[str, str]) -> None:
+def _save_noise(path: str, base: Glance, new: Glance, names: tuple[str, str]) -> None:
     """Store an A/A pair's noise in ``path`` and say what was stored; exit 2 with one line when it cannot."""
     from orchestrator.report.compare import NoiseError, store_noise
 

@@ -22,11 +22,12 @@ from orchestrator.cli import app
 from orchestrator.plan.listing import SCREENFUL
 from orchestrator.report import SCHEMA_VERSION, Report, read, write_report
 from orchestrator.report.compare import Thresholds, as_json, compare
+from orchestrator.report.digest import DigestColumns, digest, glance
 from orchestrator.report.export import export_text, records
 from orchestrator.report.html import render_html
 from orchestrator.report.io import history_path
 from orchestrator.report.page import PAGE_ROWS
-from tasks.models import Result
+from tasks.models import ErrorInfo, Result
 from tests.report_data import make_report, make_result
 
 N = 5_000
@@ -85,11 +86,15 @@ def test_the_compressed_report_keeps_every_sample_bit_for_bit_and_is_much_smalle
     assert _bits(packed) == _bits(plain)
     assert packed == plain and packed.schema_version == SCHEMA_VERSION == 3
     assert kept["gz"].stat().st_size * 4 < kept["plain"].stat().st_size
-    # the text inside is the report's own compact JSON, field for field, with each result on a line of its own
+    # the text inside is the report's own compact JSON, field for field, and the results' digests; the summary on
+    # a line of its own, the digests on the next, then each result on a line of its own
     text = gzip.decompress(kept["gz"].read_bytes()).decode()
-    assert text.replace("\n", "") == plain.model_dump_json()
-    head, *lines, tail = text.splitlines()
-    assert head.endswith('"results":[') and tail.startswith("]")
+    inside = json.loads(text)
+    assert DigestColumns.model_validate(inside.pop("digests")).digests() == [digest(r) for r in plain.results]
+    assert inside == json.loads(plain.model_dump_json())
+    head, summary, digests, *lines, tail = text.splitlines()
+    assert head.endswith(",") and summary.startswith('"summary":') and digests.startswith('"digests":')
+    assert digests.endswith('"results":[') and tail == "]}"
     assert [Result.model_validate_json(line.removesuffix(",")) for line in lines] == plain.results
 
 
@@ -103,7 +108,7 @@ def test_a_compressed_report_is_read_a_result_at_a_time_and_whole_when_a_line_is
     monkeypatch.setattr(io_module, "_decompressed", lambda *a: whole.append(1) or real(*a))
     assert read(kept["gz"]) == read(kept["plain"]) and whole == [1]  # the plain one only
     lines = gzip.decompress(kept["gz"].read_bytes()).decode().splitlines(keepends=True)
-    lines[3] = lines[3].replace('"status":"', '"status":"bogus', 1)
+    lines[5] = lines[5].replace('"status":"', '"status":"bogus', 1)  # the third result: first, summary, digests
     broken = tmp_path / "broken.json.gz"
     broken.write_bytes(gzip.compress("".join(lines).encode()))
     with pytest.raises(ValueError, match=r"results\.2\.status"):
@@ -227,6 +232,66 @@ def test_compare_says_the_same_of_a_compressed_report(kept):
     same of it; compare, once, on the two reports of 5,000 results."""
     plain, packed, new = read(kept["plain"]), read(kept["gz"]), read(kept["new"])
     assert as_json(compare(plain, new, Thresholds())) == as_json(compare(packed, new, Thresholds()))
+
+
+def test_compare_reads_a_compressed_reports_digests_alone_and_judges_as_it_does_the_whole_reports(kept, monkeypatch):
+    """``compilebench compare`` of two compressed reports reads their heads (summary and digests) and stops: no
+    result is decompressed or validated. Its verdict, every change with its cells (phases, messages, cache
+    labels) and every warning, is the one of the two reports read whole; a report without digests (indented,
+    or written before them) is read whole and digested, and says the same."""
+    import orchestrator.report.io as io_module
+    from orchestrator.report.io import load_glance
+
+    rng = np.random.default_rng(7)
+    phases = {"entire_frame_compile": 0.8, "backend_compile": 0.5, "inductor_compile": 0.4}
+    base = make_report([r.model_copy(update={"compile_breakdown": phases}) for r in read(kept["gz"]).results])
+    write_report(base, kept["gz"].with_name("phased.json.gz"))
+
+    def moved(i: int, r: Result) -> Result:
+        update: dict = {}
+        if r.speedup:
+            update["speedup"] = r.speedup * (1 + 0.01 * rng.normal()) * (0.7 if i % 97 == 0 else 1.0)
+        if i % 89 == 0 and r.compile_latency_s:
+            breakdown = {"entire_frame_compile": 2.0, "backend_compile": 1.5, "inductor_compile": 1.2}
+            update |= {"compile_latency_s": r.compile_latency_s * 2.5, "compile_breakdown": breakdown}
+        if i % 101 == 0 and r.status == "ok":
+            update |= {"status": "runtime_error", "error": ErrorInfo(type="RuntimeError", message="boom\nat x.py:3")}
+        if i % 103 == 0 and r.graph_breaks is not None:
+            update["graph_breaks"] = r.graph_breaks + 2
+        return r.model_copy(update=update)
+
+    changed = make_report([moved(i, r) for i, r in enumerate(base.results)], name="changed")
+    write_report(changed, kept["gz"].with_name("changed.json.gz"))
+    write_report(changed, kept["plain"].with_name("changed.json"))
+    whole = as_json(compare(base, changed, Thresholds(gate_compile=True), names=("a", "b")))
+    assert {c["kind"] for c in json.loads(whole)["changes"]} >= {"slower", "compile_slower", "new_failure"}
+    assert any(c["phases"] for c in json.loads(whole)["changes"]) and "breaks_grew" in whole
+
+    validated = []
+    real = Result.model_validate_json
+    monkeypatch.setattr(Result, "model_validate_json", lambda *a, **k: validated.append(1) or real(*a, **k))
+    monkeypatch.setattr(io_module, "_decompressed", lambda *a: pytest.fail("a report read whole"))
+    glances = tuple(load_glance(kept["gz"].with_name(name)) for name in ("phased.json.gz", "changed.json.gz"))
+    assert validated == [] and [len(g.digests) for g in glances] == [N, N]
+    assert as_json(compare(*glances, Thresholds(gate_compile=True), names=("a", "b"))) == whole
+    monkeypatch.undo()
+
+    assert load_glance(kept["plain"].with_name("changed.json")) == glance(changed)  # indented: read whole
+    pair = [str(kept["gz"].with_name(name)) for name in ("phased.json.gz", "changed.json.gz")]
+    cli = CliRunner().invoke(app, ["compare", *pair, "--gate-compile", "--format", "json"])
+    assert cli.exit_code == 1 and json.loads(cli.output)["changes"] == json.loads(whole)["changes"]
+
+
+def test_a_compressed_report_whose_digests_do_not_validate_is_read_whole(kept, tmp_path):
+    """Digests of the wrong type or length are not trusted: the report is read whole, as if it had none."""
+    from orchestrator.report.io import load_glance
+
+    first, summary, digests, *rest = gzip.decompress(kept["gz"].read_bytes()).splitlines(keepends=True)
+    short = digests.replace(b'"replicate":[0,', b'"replicate":[', 1)  # a column one value short
+    assert short != digests
+    broken = tmp_path / "broken.json.gz"
+    broken.write_bytes(gzip.compress(b"".join([first, summary, short, *rest])))
+    assert load_glance(broken) == glance(read(kept["gz"]))
 
 
 def test_compare_on_a_terminal_clips_its_changes_and_markdown_and_json_list_every_one(kept):

@@ -46,8 +46,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-from tasks.models import Result
+from typing import Protocol
 
 EXPLAINED_SHARE = 0.8  # the phases named account for at least this share of a compile-latency change
 OUTSIDE = "outside_compile"
@@ -92,6 +91,16 @@ class PhaseChange:
         return f"{self.phase} {self.delta_s:+.2f} s ({self.share:.0%})"
 
 
+class Compiled(Protocol):
+    """What the phases are read from: a ``Result``, or its ``Digest`` (``orchestrator.report.digest``)."""
+
+    @property
+    def compile_breakdown(self) -> Mapping[str, float]: ...
+
+    @property
+    def compile_latency_s(self) -> float | None: ...
+
+
 def phase_seconds(breakdown: Mapping[str, float], latency_s: float) -> dict[str, float]:
     """The compile latency split into the phases of ``PHASES`` (module docstring), from torch's
     nested event times (``compile_breakdown``); they add up to ``latency_s``."""
@@ -105,7 +114,7 @@ def phase_seconds(breakdown: Mapping[str, float], latency_s: float) -> dict[str,
     return own
 
 
-def side_phases(runs: Sequence[Result]) -> dict[str, float] | None:
+def side_phases(runs: Sequence[Compiled]) -> dict[str, float] | None:
     """Each phase's median over the runs that have a compile latency and a breakdown; None when none has."""
     split = [
         phase_seconds(r.compile_breakdown, r.compile_latency_s)
@@ -118,7 +127,7 @@ def side_phases(runs: Sequence[Result]) -> dict[str, float] | None:
 
 
 def explain(
-    base: Sequence[Result], new: Sequence[Result], change_s: float, share: float = EXPLAINED_SHARE
+    base: Sequence[Compiled], new: Sequence[Compiled], change_s: float, share: float = EXPLAINED_SHARE
 ) -> list[PhaseChange]:
     """The phases that account for at least ``share`` of ``change_s`` (the compile latency's change,
     NEW - BASE, as the comparison measured it): among the phases that moved the same way, the

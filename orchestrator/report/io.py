@@ -5,7 +5,9 @@ Every function takes a local path or the URL of an object in a store (``orchestr
 
 A report whose name ends ``.gz`` (``REPORT_SUFFIX``: ``r.json.gz``) is written as compact JSON compressed
 with gzip, about a ninth of the indented text; any report is read compressed or not, whatever its name
-(gzip's magic bytes tell). Beside each report goes its history file (``points``: ``r.history.json``).
+(gzip's magic bytes tell). Its first line holds everything but the results, with the results' digests
+(``digest``: what ``compare`` reads of each) as columns; then one result a line. ``load_glance`` reads that
+first line alone. Beside each report goes its history file (``points``: ``r.history.json``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
+from orchestrator.report.digest import DigestColumns, Glance, columns, digest, glance
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
@@ -34,12 +37,14 @@ from tasks.text import validation_line
 REPORT_SUFFIX: Final = ".json.gz"  # the name that keeps a big report small: compressed, every sample kept
 GZIP_MAGIC: Final = b"\x1f\x8b"
 RESULTS_OPEN: Final = b'"results":[\n'  # a compressed report's results follow, one a line, up to a line "]..."
+DIGESTS_OPEN: Final = b'"digests":'  # in a compressed report's first line: its results' digests, as columns
 # The most of a compressed report read before its results must have begun (name, spec, environment: kilobytes
 # to a few megabytes), so that one of another layout is not decompressed twice whole to find that out.
 HEAD_LIMIT: Final = 64 * 1024**2
 # zlib's fastest level: 100,000 results of 10 samples a side in 86 MB, 9x smaller than the indented text, in a
 # third of level 6's time for 1.3x its size (benchmarks/read_scale.py; docs/report-fields.md).
 GZIP_LEVEL: Final = 1
+DIGEST_JSON: Final = TypeAdapter(dict[str, list[Any]])  # the digests' columns as JSON
 READABLE_VERSIONS: Final = (1, 2, SCHEMA_VERSION)
 
 
@@ -90,22 +95,24 @@ def history_path(path: str | Path) -> Location:
 
 
 def _compressed(report: Report) -> bytes:
-    """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed, each
-    result on a line of its own (``RESULTS_OPEN``): the layout ``_streamed`` reads a result at a time."""
+    """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed: on the
+    first line every field but the summary and the results (kilobytes); on the second the summary; on the
+    third the results' digests (``DIGESTS_OPEN``, ``DigestColumns``) and the results' opening
+    (``RESULTS_OPEN``); then each result on a line of its own: the layout ``_streamed`` reads a result at a
+    time and ``load_glance`` reads up to the results."""
     out = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
     chunks = []
-    for name in Report.model_fields:
-        head = "{" if name == next(iter(Report.model_fields)) else ","
-        if name == "results":
-            chunks.append(out.compress(bytes(head, "utf-8") + RESULTS_OPEN))
-            last = len(report.results) - 1
-            for i, r in enumerate(report.results):
-                chunks.append(out.compress(bytes(r.model_dump_json() + (",\n" if i < last else "\n"), "utf-8")))
-            chunks.append(out.compress(b"]"))
-            continue
+    for i, name in enumerate(n for n in Report.model_fields if n not in ("results", "summary")):
         field = report.model_dump_json(include={name})  # '{"name":value}'
-        chunks.append(out.compress(bytes(head + field[1:-1], "utf-8")))
-    chunks.append(out.compress(b"}\n"))
+        chunks.append(out.compress(bytes(("{" if i == 0 else ",") + field[1:-1], "utf-8")))
+    summary = report.model_dump_json(include={"summary"})  # a line of its own: 100 MB at 100,000 groups
+    chunks.append(out.compress(bytes(",\n" + summary[1:-1], "utf-8")))
+    digests = DIGEST_JSON.dump_json(columns([digest(r) for r in report.results]))  # as DigestColumns reads them
+    chunks.append(out.compress(b",\n" + DIGESTS_OPEN + digests + b"," + RESULTS_OPEN))
+    last = len(report.results) - 1
+    for i, r in enumerate(report.results):
+        chunks.append(out.compress(bytes(r.model_dump_json() + (",\n" if i < last else "\n"), "utf-8")))
+    chunks.append(out.compress(b"]}\n"))
     chunks.append(out.flush())
     return b"".join(chunks)
 
@@ -161,13 +168,23 @@ def _streamed(stored: bytes) -> Report | None:
         return None
     try:
         with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
-            head = f.readline(HEAD_LIMIT)  # an older compressed report is one line: give up on it early
-            if not head.endswith(RESULTS_OPEN):
+            head = _read_head(f)
+            if head is None:
                 return None
+            fields, digests = head
+            del head
+            report = None
+            if digests is not None:  # every field is before the results (the digests are not the report's)
+                report = Report.model_validate_json(fields + b'"results":[]}')
+                fields = digests = b""  # not held while the results are read
             results: list[Result] = []
             for line in f:
                 if line.startswith(b"]"):
-                    report = Report.model_validate_json(head + line + f.read())  # every field, results empty
+                    tail = line + f.read()
+                    if report is None:
+                        report = Report.model_validate_json(fields + tail)  # every field, results empty
+                    elif tail.strip() != b"]}":
+                        return None
                     report.results = results
                     report.schema_version = SCHEMA_VERSION
                     return report
@@ -175,6 +192,57 @@ def _streamed(stored: bytes) -> Report | None:
     except (ValidationError, OSError, EOFError, zlib.error):
         return None
     return None  # cut short before the results' end
+
+
+class _Head(Report):
+    """The first line of a compressed report (``_compressed``), its results left out: what ``load_glance``
+    validates. Fields of a newer version are ignored, as every report model ignores them."""
+
+    results: list[Any]  # empty: the results are not read
+    digests: DigestColumns
+
+
+def load_glance(path: str | Path) -> Glance:
+    """A report as ``compare`` reads it (``digest.Glance``), any report or journal ``read`` takes. Raises
+    ``ReportError``.
+
+    A compressed report whose first line holds its digests (``_compressed``) is read up to its results and no
+    further: none of its results is decompressed or validated. Any other (an indented report, one written
+    before digests, a journal), or one whose first line does not validate, is read whole (``read``, which
+    names what is wrong) and digested.
+    """
+    where = location(path)
+    name = where.name if isinstance(where, Path) else name_of(where)
+    stored = b"" if name.endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)) else _stored(where)
+    if stored.startswith(GZIP_MAGIC):
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
+                head = _read_head(f)
+            if head is not None and head[1] is not None:
+                with collector_paused():
+                    top = _Head.model_validate_json(head[0] + head[1].removesuffix(RESULTS_OPEN) + b'"results":[]}')
+                    if all(g.decision is not None for g in top.summary.groups):
+                        digests = top.digests.digests()
+                        return Glance(top.name, top.complete, top.environment, top.summary, digests)
+        except (ValidationError, OSError, EOFError, zlib.error):
+            pass  # read whole below, which names what is wrong
+    return glance(read(path))
+
+
+def _read_head(f: gzip.GzipFile) -> tuple[bytes, bytes | None] | None:
+    """What precedes a compressed report's results (``_compressed``): its fields (the first line, then the
+    summary's) and its digests' line, which ends ``RESULTS_OPEN``; or a report's written before digests: its
+    first line, which ends ``RESULTS_OPEN``, and None. None for any other layout (an older compressed report is
+    one line: a first line longer than ``HEAD_LIMIT`` is given up on early)."""
+    first = f.readline(HEAD_LIMIT)
+    if first.endswith(RESULTS_OPEN):
+        return first, None
+    if not first.endswith(b",\n"):
+        return None
+    summary, digests = f.readline(), f.readline()
+    if summary.startswith(b'"summary":') and digests.startswith(DIGESTS_OPEN) and digests.endswith(RESULTS_OPEN):
+        return first + summary, digests
+    return None
 
 
 def upgrade(data: dict[str, Any], where: str = "report") -> Report:

@@ -19,9 +19,9 @@ from pydantic import ValidationError
 from orchestrator.report.compare.gate import runs_by_experiment, timed
 from orchestrator.report.compare.models import MIN_NOISE_EXPERIMENTS, Metric, NoiseFigure, NoiseFile
 from orchestrator.report.compare.verdicts import run_values
+from orchestrator.report.digest import Glance, as_glance
 from orchestrator.report.io import write_atomic
 from orchestrator.report.models import Report
-from orchestrator.report.summary import device_model
 from orchestrator.store.storage import StorageError, location, open_location, read_bytes
 from tasks.stats import normal_spread_about_zero
 from tasks.text import validation_line
@@ -33,7 +33,7 @@ class NoiseError(ValueError):
     """A noise file that cannot be read, or an A/A pair too small to measure noise from; one line."""
 
 
-def measure_noise(base: Report, new: Report, names: tuple[str, str] = ("", "")) -> list[NoiseFigure]:
+def measure_noise(base: Report | Glance, new: Report | Glance, names: tuple[str, str] = ("", "")) -> list[NoiseFigure]:
     """Run-to-run noise of one run against one, per device model and metric, from an A/A pair of reports.
 
     Method: every pair of runs of one experiment, replicate i of base against replicate i of new, both ok
@@ -42,6 +42,7 @@ def measure_noise(base: Report, new: Report, names: tuple[str, str] = ("", "")) 
     second run (a busier machine) is noise a later comparison meets too, so it is not centred away. Device
     models with fewer than ``MIN_NOISE_EXPERIMENTS`` pairs, or a spread of 0 (a report against itself), get none.
     """
+    base, new = as_glance(base), as_glance(new)
     changes: dict[tuple[str, Metric], list[float]] = {}
     new_runs = runs_by_experiment(new)
     for exp_id, b in runs_by_experiment(base).items():
@@ -50,7 +51,7 @@ def measure_noise(base: Report, new: Report, names: tuple[str, str] = ("", "")) 
             n_run = by_replicate.get(b_run.replicate)
             if n_run is None:
                 continue
-            model = device_model(n_run) or "unknown"
+            model = n_run.device_model or "unknown"
             for metric in METRICS:
                 (before,), (after,) = run_values([b_run], metric), run_values([n_run], metric)
                 changes.setdefault((model, metric), []).append(math.log(after / before))
@@ -97,7 +98,9 @@ def save_noise(path: str, figures: Sequence[NoiseFigure], existing: Sequence[Noi
     write_atomic(path, NoiseFile(figures=[*kept, *figures]).model_dump_json(indent=2) + "\n")
 
 
-def store_noise(path: str, base: Report, new: Report, names: tuple[str, str] = ("", "")) -> list[NoiseFigure]:
+def store_noise(
+    path: str, base: Report | Glance, new: Report | Glance, names: tuple[str, str] = ("", "")
+) -> list[NoiseFigure]:
     """Measure an A/A pair's noise (``measure_noise``) and save it in ``path``, keeping the figures already
     there for other device models and metrics; the figures stored. ``NoiseError`` (one line) when no device
     model has enough pairs of runs, or the file cannot be read or written."""

@@ -27,22 +27,19 @@ from orchestrator.report.compare.verdicts import (
     Candidate,
     compile_candidate,
     compile_changes,
-    experiment_label,
     new_change,
     speed_candidate,
     speed_changes,
 )
-from orchestrator.report.models import Group, Report
-from orchestrator.report.summary import device_model, summarize
-from tasks.models import Result
-from tasks.text import first_line
+from orchestrator.report.digest import Digest, Glance, as_glance
+from orchestrator.report.models import Report
 
 _MISSING = object()
 
 
 def compare(
-    base: Report,
-    new: Report,
+    base: Report | Glance,
+    new: Report | Glance,
     thresholds: Thresholds | None = None,
     names: tuple[str, str] = ("", ""),
     noise: Sequence[NoiseFigure] = (),
@@ -61,6 +58,7 @@ def compare(
       (``Comparison.fails``) unless ``allow_missing``; new with fewer runs of an experiment than base
       is a warning.
     """
+    base, new = as_glance(base), as_glance(new)
     t = thresholds or Thresholds()
     base_runs, new_runs = runs_by_experiment(base), runs_by_experiment(new)
     changes: list[Change] = []
@@ -75,7 +73,7 @@ def compare(
         if n is None:
             continue
         runs[f"{len(b)} vs {len(n)}"] += 1
-        fewer_runs += [f"{experiment_label(n[0])} ({len(n)} of {len(b)})"] if len(n) < len(b) else []
+        fewer_runs += [f"{n[0].label} ({len(n)} of {len(b)})"] if len(n) < len(b) else []
         changes.extend(_status_changes(b, n))
         changes.extend(_break_changes(b, n))
         b_timed, n_timed = timed(b), timed(n)
@@ -84,12 +82,12 @@ def compare(
         candidate, apart = compile_candidate(b, n)
         compiles += [candidate] if candidate else []
         not_compared += [apart] if apart else []
-        traced_apart += [experiment_label(n[0])] if _traced(b) != _traced(n) else []
+        traced_apart += [n[0].label] if _traced(b) != _traced(n) else []
     found, swept = speed_changes(speed, t, noise)
     changes += found + compile_changes(compiles, t) + decision_changes(base, new)
     order = list(KIND_TITLES)
     changes.sort(key=lambda c: (not c.regression, order.index(c.kind)))
-    missing = [experiment_label(r[0]) for i, r in base_runs.items() if i not in new_runs]
+    missing = [r[0].label for i, r in base_runs.items() if i not in new_runs]
     warnings = environment_warnings(base, new)
     warnings += _gate_warnings(missing, fewer_runs, swept, t)
     if not_compared:
@@ -119,7 +117,7 @@ def compare(
         changes=changes,
         warnings=warnings,
         missing=missing,
-        only_in_new=[experiment_label(r[0]) for i, r in new_runs.items() if i not in base_runs],
+        only_in_new=[r[0].label for i, r in new_runs.items() if i not in base_runs],
         incomplete=not new.complete,
         allow_missing=t.allow_missing,
         runs=dict(runs),
@@ -131,11 +129,10 @@ def compare(
     )
 
 
-def decision_changes(base: Report, new: Report) -> list[Change]:
+def decision_changes(base: Glance, new: Glance) -> list[Change]:
     """Groups (target, params, device model, phase, precision) whose recommendation differs: printed, never
-    a regression by itself (the runs behind it are judged above). A summary written before decisions is
-    derived again from its results."""
-    decided = [_decided_groups(report) for report in (base, new)]
+    a regression by itself (the runs behind it are judged above)."""
+    decided = [{(g.device_model, g.label): g for g in r.summary.groups if g.decision is not None} for r in (base, new)]
     changes = []
     for key, bg in decided[0].items():
         ng = decided[1].get(key)
@@ -159,42 +156,35 @@ def decision_changes(base: Report, new: Report) -> list[Change]:
     return changes
 
 
-def _decided_groups(report: Report) -> dict[tuple[str, str], Group]:
-    summary = report.summary
-    if any(g.decision is None for g in summary.groups):
-        summary = summarize(report.results)
-    return {(g.device_model, g.label): g for g in summary.groups if g.decision is not None}
-
-
-def runs_by_experiment(report: Report) -> dict[str, list[Result]]:
+def runs_by_experiment(report: Report | Glance) -> dict[str, list[Digest]]:
     """Each experiment's results, one a run, in replicate order; experiments in report order."""
-    out: dict[str, list[Result]] = {}
-    for r in report.results:
+    out: dict[str, list[Digest]] = {}
+    for r in as_glance(report).digests:
         out.setdefault(r.experiment_id, []).append(r)
     return {exp_id: sorted(rs, key=lambda r: r.replicate) for exp_id, rs in out.items()}
 
 
-def environment_warnings(base: Report, new: Report) -> list[str]:
+def environment_warnings(base: Glance, new: Glance) -> list[str]:
     """Differences that make the two reports measure different things: hardware, versions, threads, options."""
     warnings = []
     for report, which in ((base, "base"), (new, "new")):
         if not report.complete:
             warnings.append(f"the {which} report is incomplete (its run did not finish)")
-    models = [sorted({device_model(r) or "unknown" for r in rep.results}) for rep in (base, new)]
+    models = [sorted({r.device_model or "unknown" for r in rep.digests}) for rep in (base, new)]
     if models[0] != models[1]:
         warnings.append(f"device models differ: {', '.join(models[0])} vs {', '.join(models[1])}")
     for key in ("torch", "triton", "cuda"):
         versions = [_versions(rep, key) for rep in (base, new)]
         if versions[0] and versions[1] and versions[0] != versions[1]:
             warnings.append(f"{key} versions differ: {', '.join(versions[0])} vs {', '.join(versions[1])}")
-    threads = [sorted({r.worker.threads for r in rep.results if r.worker}) for rep in (base, new)]
+    threads = [sorted({r.threads for r in rep.digests if r.threads is not None}) for rep in (base, new)]
     if threads[0] and threads[1] and threads[0] != threads[1]:
         shown = [", ".join(map(str, t)) for t in threads]
         warnings.append(f"worker threads differ: {shown[0]} vs {shown[1]}")
-    new_by_id = {r.experiment_id: r for r in new.results}
+    new_by_id = {r.experiment_id: r for r in new.digests}
     keys: set[str] = set()
     differ = []
-    for b in base.results:
+    for b in base.digests:
         n = new_by_id.get(b.experiment_id)
         if n is not None and b.inductor_options != n.inductor_options:
             differ.append(b)
@@ -203,7 +193,7 @@ def environment_warnings(base: Report, new: Report) -> list[str]:
     if differ:
         warnings.append(
             f"compile options (inductor config) differ for {len(differ)} experiment(s) in "
-            f"{', '.join(sorted(keys))} (e.g. {experiment_label(differ[0])})"
+            f"{', '.join(sorted(keys))} (e.g. {differ[0].label})"
         )
     return warnings
 
@@ -227,12 +217,12 @@ def _gate_warnings(missing: list[str], fewer_runs: list[str], swept: list[SweepN
     return out
 
 
-def timed(runs: Sequence[Result]) -> list[Result]:
+def timed(runs: Sequence[Digest]) -> list[Digest]:
     """The ok runs with both sides timed: the ones speed is judged on."""
-    return [r for r in runs if r.status == "ok" and r.compiled and r.eager and r.speedup]
+    return [r for r in runs if r.timed]
 
 
-def _side_status(runs: Sequence[Result]) -> tuple[str, str]:
+def _side_status(runs: Sequence[Digest]) -> tuple[str, str]:
     """A side's status (ok when every run is, else the first other status) and how it reads."""
     failed = [r.status for r in runs if r.status != "ok"]
     if not failed:
@@ -242,13 +232,13 @@ def _side_status(runs: Sequence[Result]) -> tuple[str, str]:
     return status, status if count == len(runs) else f"{status} in {count} of {len(runs)} runs"
 
 
-def _status_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
+def _status_changes(b: Sequence[Digest], n: Sequence[Digest]) -> list[Change]:
     (b_status, b_text), (n_status, n_text) = _side_status(b), _side_status(n)
     if b_status == n_status:
         return []
     runs = (len(b), len(n))
     failing = next((r for r in n if r.status == n_status), n[0])
-    message = first_line(failing.error.message, limit=100) if failing.error else ""
+    message = failing.error
     if b_status == "ok":
         return [new_change("new_failure", failing, b_text, n_text, message, runs, regression=True)]
     if n_status == "ok":
@@ -256,7 +246,7 @@ def _status_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
     return [new_change("status_changed", failing, b_text, n_text, message, runs, regression=False)]
 
 
-def _break_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
+def _break_changes(b: Sequence[Digest], n: Sequence[Digest]) -> list[Change]:
     """Graph breaks: each side's largest count over its runs."""
     b_breaks = max((r.graph_breaks for r in b if r.graph_breaks is not None), default=None)
     n_breaks = max((r.graph_breaks for r in n if r.graph_breaks is not None), default=None)
@@ -268,12 +258,12 @@ def _break_changes(b: Sequence[Result], n: Sequence[Result]) -> list[Change]:
     return [new_change(kind, n[0], str(b_breaks), str(n_breaks), f"{n_breaks - b_breaks:+d}", runs, regression=grew)]
 
 
-def _traced(runs: Sequence[Result]) -> bool:
-    return any(r.trace is not None for r in runs)
+def _traced(runs: Sequence[Digest]) -> bool:
+    return any(r.traced for r in runs)
 
 
-def _versions(report: Report, key: str) -> list[str]:
-    found = {r.worker.versions[key] for r in report.results if r.worker and key in r.worker.versions}
+def _versions(report: Glance, key: str) -> list[str]:
+    found = {r.versions[key] for r in report.digests if key in r.versions}
     if key == "torch" and report.environment.torch not in ("", "unknown"):
         found.add(report.environment.torch)
     return sorted(found)

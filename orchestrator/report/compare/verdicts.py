@@ -36,9 +36,7 @@ from orchestrator.report.compare.models import (
 )
 from orchestrator.report.compare.noise import Move, judge
 from orchestrator.report.compile_phases import explain, explanation
-from orchestrator.report.models import result_group
-from orchestrator.report.summary import device_model
-from tasks.models import Result
+from orchestrator.report.digest import Digest
 from tasks.stats import fdr_adjust, geomean, welch_log
 
 
@@ -47,8 +45,8 @@ class Candidate:
     """One experiment's move on a gated quantity (the speed metric, or compile latency), before the verdict:
     the ratio new / base of the sides' geometric means over runs, and its test once run."""
 
-    b: list[Result]
-    n: list[Result]
+    b: list[Digest]
+    n: list[Digest]
     ratio: float
     p: float | None = None
     p_adjusted: float | None = None
@@ -69,14 +67,14 @@ class Candidate:
         return self.p_adjusted is not None and self.p_adjusted < q and self.deviation * math.log(self.ratio) > 0
 
 
-def run_values(runs: Sequence[Result], metric: Metric) -> list[float]:
+def run_values(runs: Sequence[Digest], metric: Metric) -> list[float]:
     """One value a timed run: its speedup (eager median / compiled median), or its compiled median ("time")."""
     if metric == "speedup":
         return [r.speedup for r in runs if r.speedup]
-    return [r.compiled.median_ms for r in runs if r.compiled]
+    return [r.compiled_ms for r in runs if r.compiled_ms is not None]
 
 
-def speed_candidate(b: Sequence[Result], n: Sequence[Result], metric: Metric) -> Candidate:
+def speed_candidate(b: Sequence[Digest], n: Sequence[Digest], metric: Metric) -> Candidate:
     """The move of ``metric`` between two sides' ok, timed runs, with Welch's p where both have ``MIN_RUNS``;
     the other metric's move is kept to be shown beside it, never gated."""
     speedup = geomean(run_values(n, "speedup")) / geomean(run_values(b, "speedup"))
@@ -105,7 +103,7 @@ def speed_changes(
     groups: dict[str, list[Candidate]] = {}
     for c in candidates:
         if min(c.runs) < MIN_RUNS:
-            groups.setdefault(device_model(c.n[0]) or "unknown", []).append(c)
+            groups.setdefault(c.n[0].device_model or "unknown", []).append(c)
     swept = []
     for model, group in groups.items():
         judged = judge(model, t.metric, [Move(math.log(c.ratio), c.runs) for c in group], figures)
@@ -175,18 +173,18 @@ def untested_note(base_runs: int, new_runs: int) -> str:
     return f"{base_runs} vs {new_runs} runs: run-to-run noise not measured (a test needs {MIN_RUNS} a side)"
 
 
-def compile_comparable(b: Result, n: Result) -> str | None:
+def compile_comparable(b: Digest, n: Digest) -> str | None:
     """None when the two compile latencies were served alike (the same cache state, and each layer
     hit or missed alike); else why they measure different things. A report from before caches were
     recorded compares by state alone."""
-    if b.compile.cache != n.compile.cache:
-        return f"cache {b.compile.cache} vs {n.compile.cache}"
-    if b.compile_cache and n.compile_cache and b.compile_cache.outcome != n.compile_cache.outcome:
-        return f"{b.compile_cache.label} vs {n.compile_cache.label}"
+    if b.cache != n.cache:
+        return f"cache {b.cache} vs {n.cache}"
+    if b.cache_state is not None and n.cache_state is not None and b.cache_outcome != n.cache_outcome:
+        return f"{b.cache_label} vs {n.cache_label}"
     return None
 
 
-def compile_candidate(b: Sequence[Result], n: Sequence[Result]) -> tuple[Candidate | None, str | None]:
+def compile_candidate(b: Sequence[Digest], n: Sequence[Digest]) -> tuple[Candidate | None, str | None]:
     """The move of compile latency (geometric means over runs), Welch's p where both sides have
     ``MIN_RUNS`` runs; runs the caches served differently (a hit against a miss, on either side) are never
     compared: the reason comes back instead."""
@@ -196,7 +194,7 @@ def compile_candidate(b: Sequence[Result], n: Sequence[Result]) -> tuple[Candida
         return None, None
     apart = next((why for r in b_runs[1:] + n_runs if (why := compile_comparable(b_runs[0], r))), None)
     if apart is not None:
-        return None, f"{experiment_label(n_runs[0])}: compile latencies not compared ({apart})"
+        return None, f"{n_runs[0].label}: compile latencies not compared ({apart})"
     b_s, n_s = (geomean([r.compile_latency_s or 0.0 for r in rs]) for rs in (b_runs, n_runs))
     c = Candidate(b_runs, n_runs, n_s / b_s)
     c.describe = partial(_compile_extra, c, b_s, n_s)
@@ -218,7 +216,7 @@ def _speed_extra(c: Candidate, speedup: float, time: float, metric: Metric) -> d
 def _compile_extra(c: Candidate, b_s: float, n_s: float) -> dict[str, str]:
     """A compile-latency change's cells, and the phases that account for 80% of the move."""
     first = c.n[0]
-    how = first.compile_cache.label if first.compile_cache else first.compile.cache
+    how = first.cache_label or first.cache
     return {
         "base": f"{seconds(b_s)} s",
         "new": f"{seconds(n_s)} s ({how})",
@@ -260,14 +258,14 @@ def _candidate_change(kind: Kind, c: Candidate, regression: bool) -> Change:
     )
 
 
-def _speed_text(runs: Sequence[Result]) -> str:
+def _speed_text(runs: Sequence[Digest]) -> str:
     """A side's compiled median and speedup, geometric means over its runs."""
     return f"{ms(geomean(run_values(runs, 'time')))} ms, {times(geomean(run_values(runs, 'speedup')))}"
 
 
 def new_change(
     kind: Kind,
-    r: Result,
+    r: Digest,
     base: str,
     new: str,
     change: str,
@@ -283,9 +281,9 @@ def new_change(
     return Change(
         kind=kind,
         experiment_id=r.experiment_id,
-        target=result_group(r),
-        config=r.config_label,
-        device_model=device_model(r),
+        target=r.group,
+        config=r.config,
+        device_model=r.device_model,
         base=base,
         new=new,
         change=change,
@@ -297,11 +295,6 @@ def new_change(
         phases=phases,
         regression=regression,
     )
-
-
-def experiment_label(r: Result) -> str:
-    """``target params [config]``, as warnings name an experiment."""
-    return f"{result_group(r)} [{r.config_label}]"
 
 
 def percent(ratio: float) -> str:

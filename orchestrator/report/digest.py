@@ -1,0 +1,173 @@
+"""What the regression gate reads of each result (``Digest``), and of a report (``Glance``): the figures of
+100,000 results without the results themselves.
+
+``compare`` judges runs by a handful of fields each: the experiment and its replicate, its group and
+configuration labels, status, speedup, medians, compile latency and how the caches served it, graph breaks,
+and what its worker was. A ``Digest`` holds those, derived from a ``Result`` (``digest``). A compressed
+report (``io.REPORT_SUFFIX``) carries its results' digests as columns in its head, before the results
+(``columns``; ``io.load_glance`` reads that head and stops), so that comparing two reports of 100,000
+results neither decompresses nor validates a single result. Any other report is read whole and digested.
+
+The digests are derived data, as the summary is: written from the results by ``io.write_report``, read
+back through ``DigestColumns`` (each column typed, all of one length), never edited on their own.
+Imports the report's models and the summary's device model; nothing that draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Final
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from orchestrator.report.models import Environment, Report, Summary, result_group
+from orchestrator.report.summary import device_model, summarize
+from tasks.result import Result
+from tasks.text import first_line
+
+VERSION_KEYS: Final = ("torch", "triton", "cuda")  # a worker's versions that compare warns about when they differ
+ERROR_LIMIT: Final = 100  # characters of an error's first line a digest keeps (what a change shows)
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """One result as the gate reads it. The names a ``Result`` has mean what they mean there; ``group``
+    and ``config`` are its labels (``result_group``, ``Result.config_label``), ``error`` the first line of
+    its error ('' for none), ``cache_state``/``cache_outcome`` its ``compile_cache``'s (None where it has
+    none), ``traced`` whether it has a trace, ``threads`` and ``versions`` its worker's."""
+
+    experiment_id: str
+    replicate: int
+    group: str
+    config: str
+    device_model: str | None
+    status: str
+    error: str
+    speedup: float | None
+    eager_ms: float | None
+    compiled_ms: float | None
+    compile_latency_s: float | None
+    cache: str
+    cache_state: str | None
+    cache_outcome: str | None
+    compile_breakdown: dict[str, float]
+    graph_breaks: int | None
+    traced: bool
+    threads: int | None
+    versions: dict[str, str]
+    inductor_options: dict[str, Any]
+
+    @property
+    def timed(self) -> bool:
+        """Ok with both sides timed: what speed is judged on."""
+        return self.status == "ok" and self.compiled_ms is not None and self.eager_ms is not None and bool(self.speedup)
+
+    @property
+    def cache_label(self) -> str | None:
+        """``warm: hit``, as ``CompileCache.label``; None where the result recorded no caches."""
+        return None if self.cache_state is None else f"{self.cache_state}: {self.cache_outcome}"
+
+    @property
+    def label(self) -> str:
+        """``target params [config]``, as warnings name an experiment."""
+        return f"{self.group} [{self.config}]"
+
+
+FIELDS: Final = tuple(f.name for f in fields(Digest))
+
+
+def digest(r: Result) -> Digest:
+    """What the gate reads of ``r``."""
+    worker = r.worker
+    return Digest(
+        experiment_id=r.experiment_id,
+        replicate=r.replicate,
+        group=result_group(r),
+        config=r.config_label,
+        device_model=device_model(r),
+        status=r.status,
+        error=first_line(r.error.message, limit=ERROR_LIMIT) if r.error else "",
+        speedup=r.speedup,
+        eager_ms=r.eager.median_ms if r.eager else None,
+        compiled_ms=r.compiled.median_ms if r.compiled else None,
+        compile_latency_s=r.compile_latency_s,
+        cache=r.compile.cache,
+        cache_state=r.compile_cache.state if r.compile_cache else None,
+        cache_outcome=r.compile_cache.outcome if r.compile_cache else None,
+        compile_breakdown=r.compile_breakdown,
+        graph_breaks=r.graph_breaks,
+        traced=r.trace is not None,
+        threads=worker.threads if worker else None,
+        versions={k: worker.versions[k] for k in VERSION_KEYS if k in worker.versions} if worker else {},
+        inductor_options=r.inductor_options,
+    )
+
+
+class DigestColumns(BaseModel):
+    """Digests as a report's head keeps them: one list per ``Digest`` field, in result order, all of one
+    length. Validated as any part of a report is: a column of the wrong type or length is a bad report."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    experiment_id: list[str]
+    replicate: list[int]
+    group: list[str]
+    config: list[str]
+    device_model: list[str | None]
+    status: list[str]
+    error: list[str]
+    speedup: list[float | None]
+    eager_ms: list[float | None]
+    compiled_ms: list[float | None]
+    compile_latency_s: list[float | None]
+    cache: list[str]
+    cache_state: list[str | None]
+    cache_outcome: list[str | None]
+    compile_breakdown: list[dict[str, float]]
+    graph_breaks: list[int | None]
+    traced: list[bool]
+    threads: list[int | None]
+    versions: list[dict[str, str]]
+    inductor_options: list[dict[str, Any]]
+
+    @model_validator(mode="after")
+    def _one_length(self) -> DigestColumns:
+        lengths = {name: len(getattr(self, name)) for name in FIELDS}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"digest columns of different lengths: {lengths}")
+        return self
+
+    def digests(self) -> list[Digest]:
+        return [Digest(*row) for row in zip(*(getattr(self, name) for name in FIELDS), strict=True)]
+
+
+def columns(digests: Sequence[Digest]) -> dict[str, list[Any]]:
+    """The digests as ``DigestColumns`` holds them (JSON-ready)."""
+    return {name: [getattr(d, name) for d in digests] for name in FIELDS}
+
+
+@dataclass
+class Glance:
+    """A report as the gate reads it: what it is (name, whether its run finished, where it ran), its summary
+    (the groups' decisions) and one digest a result."""
+
+    name: str
+    complete: bool
+    environment: Environment
+    summary: Summary
+    digests: list[Digest]
+
+
+def glance(report: Report) -> Glance:
+    """A report read whole, as the gate reads it. A summary written before decisions is derived again from
+    the results (the gate compares decisions)."""
+    summary = report.summary
+    if any(g.decision is None for g in summary.groups):
+        summary = summarize(report.results)
+    return Glance(report.name, report.complete, report.environment, summary, [digest(r) for r in report.results])
+
+
+def as_glance(report: Report | Glance) -> Glance:
+    """``glance`` of a report read whole; a glance as it is."""
+    return glance(report) if isinstance(report, Report) else report

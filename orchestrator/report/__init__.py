@@ -7,6 +7,7 @@ Imports run one way: each module imports only modules listed before it.
 - ``models``: the versioned report envelope and its summary;
 - ``cells``: numbers rounded for people, ``Rows`` of text cells, and their rich and Markdown tables;
 - ``decision``, then ``summary``: what to ship per group; statistics derived from the results;
+- ``digest``: what the regression gate reads of each result, kept as columns in a compressed report;
 - ``points``: a report's points in history's series, kept in the history file beside each report;
 - ``io``: atomic writes, reading any schema version (compressed or not) or a run's journal;
 - ``replay``, ``ranks``, then ``views``: each table a reader sees, as ``Rows``, in reading order;

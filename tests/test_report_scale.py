@@ -340,3 +340,31 @@ def test_a_results_models_share_their_classs_set_of_fields_and_behave_as_before(
     a2.speedup = 9.0
     assert (copy.status, a2.status, a2.speedup, b.speedup) == ("oom", "ok", 9.0, make_result(seed=1).speedup)
     assert a2.__pydantic_fields_set__ == set(Result.model_fields)  # assigning a field adds nothing to it
+
+
+def test_a_paged_table_marks_every_failed_status_regression_tie_and_slow_cell():
+    """The paged table's marks are each cell's class (``_cell_class``), found without looking at every cell of
+    the rows that hold none."""
+    import orchestrator.report.page as page
+    from orchestrator.report.cells import TIE_TEXT, Rows
+
+    headers = ["target", "verdict", "note", "slow", "status"]
+    cells = [
+        ["a", "-", "-", "-", "ok"],
+        ["b", "REGRESSION", "-", "-", "ok"],
+        ["c", "-", TIE_TEXT, "-", "ok"],
+        ["d", "-", "-", "slow", "ok"],
+        ["e", "-", "-", "-", "crashed"],
+        ["slow", "ok", "-", "-", "ok"],  # a cell "slow" outside the slow column, "ok" outside the status column
+    ]
+    rows = Rows("t", headers, [cells[i % len(cells)] for i in range(PAGE_ROWS * 3)], set())
+    text = page.paged_table_html(rows)
+    marks = json.loads(re.search(r'<script type="application/json">(.*?)</script>', text).group(1))["marks"]
+    expected = {
+        str(i): {
+            str(j): cls for j, (h, c) in enumerate(zip(headers, row, strict=True)) if (cls := page._cell_class(h, c))
+        }
+        for i, row in enumerate(rows.rows)
+    }
+    assert marks == {i: m for i, m in expected.items() if m}
+    assert {tuple(m.values()) for m in marks.values()} == {("bad",), ("tie",)} and len(marks) == PAGE_ROWS * 2

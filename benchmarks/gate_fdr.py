@@ -1,15 +1,16 @@
 """The regression gate on a big sweep with one run a side: A/A false alarms, injected slowdowns caught, and a
 sweep-wide slowdown seen as one verdict.
 
-    python benchmarks/gate_fdr.py [--out DIR]      # runs the 120-experiment spec twice, then the table
+    python benchmarks/gate_fdr.py [--sweep blocks|tutorial] [--out DIR]   # a 120-experiment spec run twice, the table
     python benchmarks/gate_fdr.py --reports DIR    # the table again from an earlier run's a.json and b.json
     python benchmarks/gate_fdr.py --reports DIR --compact tests/data/gate-fdr   # and a compact copy of them
     python benchmarks/gate_fdr.py --simulate       # the empirical null on simulated sweeps of known noise (seconds)
 
-Runs one spec of 120 cheap experiments (the six tutorial targets at ten sizes each, compiled by the
-``eager`` and ``aot_eager`` backends, 10 timed samples a side, CPU) twice through ``compilebench run``,
-each a fresh local Ray instance: ``a.json`` and ``b.json``, the same code minutes apart. Then, through
-``compilebench compare`` at its defaults (``-f json``):
+Runs one spec of 120 cheap experiments (``SWEEPS``: the six building blocks at ten sizes each, 30 timed
+samples a side, or the six tutorial targets at ten sizes each, 10 samples a side; compiled by the ``eager``
+and ``aot_eager`` backends, CPU) twice through ``compilebench run``, each a fresh local Ray instance:
+``a.json`` and ``b.json``, the same code minutes apart. Then, through ``compilebench compare`` at its
+defaults (``-f json``):
 
 - **A/A**: a.json against b.json. Every regression flagged is a false alarm (goal: at most 1, exit 0).
 - **5 slower by 10%**: a.json against a copy of b.json whose compiled samples of 5 experiments (spread over
@@ -52,25 +53,38 @@ SWEEP = 1.05  # every compiled sample, times this
 SLOWED_COUNT = 5
 
 
-def spec_text() -> str:
-    """The sweep: 6 targets x 10 sizes x 2 backends = 120 experiments, one run each."""
+# The sweeps, each 6 targets x 10 sizes x 2 backends (eager, aot_eager) = 120 experiments, one run each:
+# "tutorial": the seed targets, calls of 0.01-20 ms, 10 samples a side; "blocks": the building blocks at sizes
+# whose calls take about 0.3-10 ms here, 30 samples a side.
+TUTORIAL = [
+    ("seed.foo", "shape", [[n, n] for n in SIZES]),
+    ("seed.outer", "shape", [[n, n] for n in SIZES]),
+    ("seed.foo3", "shape", [[n, n] for n in SIZES]),
+    ("seed.my_module", "batch", BATCHES),
+    ("seed.bar", "size", LENGTHS),
+    ("seed.bar_fixed", "size", LENGTHS),
+]
+BLOCKS = [
+    ("blocks.mlp", "dim", [128, 192, 256, 320, 384, 448, 512, 576, 640, 704]),
+    ("blocks.softmax", "seq", [256, 320, 384, 448, 512, 576, 640, 704, 768, 832]),
+    ("blocks.layernorm_gelu", "batch", [8, 12, 16, 20, 24, 28, 32, 36, 40, 44]),
+    ("blocks.attention", "seq", [64, 96, 128, 160, 192, 224, 256, 288, 320, 352]),
+    ("blocks.conv_bn_relu", "size", [16, 20, 24, 28, 32, 36, 40, 44, 48, 52]),
+    ("blocks.transformer_layer", "seq", [64, 96, 128, 160, 192, 224, 256, 288, 320, 352]),
+]
+SWEEPS: dict[str, tuple[list[tuple[str, str, list[Any]]], int]] = {"tutorial": (TUTORIAL, 10), "blocks": (BLOCKS, 30)}
 
-    def sweep(target: str, param: str, values: list[Any]) -> str:
-        return (
-            f"  - target: {target}\n    sweep:\n      params.{param}: {json.dumps(values)}\n"
-            "      compile.backend: [eager, aot_eager]\n"
-        )
 
-    shapes = [[n, n] for n in SIZES]
-    return (
-        "name: gate-fdr\ndefaults:\n  device: cpu\n  timing: {warmup: 2, repeats: 10}\nexperiments:\n"
-        + sweep("seed.foo", "shape", shapes)
-        + sweep("seed.outer", "shape", shapes)
-        + sweep("seed.foo3", "shape", shapes)
-        + sweep("seed.my_module", "batch", BATCHES)
-        + sweep("seed.bar", "size", LENGTHS)
-        + sweep("seed.bar_fixed", "size", LENGTHS)
+def spec_text(sweep: str = "blocks") -> str:
+    """The spec of one of ``SWEEPS``: its targets at ten sizes each, both backends, its samples a side."""
+    targets, repeats = SWEEPS[sweep]
+    experiments = "".join(
+        f"  - target: {target}\n    sweep:\n      params.{param}: {json.dumps(values)}\n"
+        "      compile.backend: [eager, aot_eager]\n"
+        for target, param, values in targets
     )
+    timing = f"{{warmup: 2, repeats: {repeats}}}"
+    return f"name: gate-fdr-{sweep}\ndefaults:\n  device: cpu\n  timing: {timing}\nexperiments:\n{experiments}"
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -83,11 +97,11 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def run_twice(out: Path) -> dict[str, Any]:
+def run_twice(out: Path, sweep: str) -> dict[str, Any]:
     """``compilebench run`` of the spec into a.json, then b.json; their durations and the load around them."""
     spec = out / "gate-fdr.yaml"
-    spec.write_text(spec_text())
-    session: dict[str, Any] = {"load": [os.getloadavg()[0]], "seconds": []}
+    spec.write_text(spec_text(sweep))
+    session: dict[str, Any] = {"sweep": sweep, "load": [os.getloadavg()[0]], "seconds": []}
     for name in ("a", "b"):
         start = time.monotonic()
         proc = cli("run", str(spec), "--out", str(out / f"{name}.json"), "--overwrite")
@@ -253,8 +267,11 @@ def analyse(out: Path, command: str) -> None:
     a = read(out / "a.json")
     seconds, load = session["seconds"], session["load"]
     print(f"$ {command}")
+    what = {"tutorial": "the tutorial's targets, 10 samples a side", "blocks": "building blocks, 30 samples a side"}
+    sweep = what[session.get("sweep", "tutorial")]
     print(
-        f"{len(a.results)} experiments, one run each, run twice on {platform.machine()} with {os.cpu_count()} cores "
+        f"{len(a.results)} experiments ({sweep}), one run each, run twice on {platform.machine()} with "
+        f"{os.cpu_count()} cores "
         f"({seconds[0]:.0f} s and {seconds[1]:.0f} s; load average {', '.join(f'{x:.1f}' for x in load)} before, "
         f"between and after); compare at its defaults (5%, FDR q 0.05, sweep-wide 2%); reports in {out}\n"
     )
@@ -277,6 +294,7 @@ def main() -> None:
     parser.add_argument("--reports", type=Path, default=None, help="print the table of an earlier run's --out again")
     parser.add_argument("--compact", type=Path, default=None, help="also write compact copies of the reports here")
     parser.add_argument("--simulate", action="store_true", help="only the null on simulated sweeps (seconds)")
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="blocks", help="the spec run twice (default blocks)")
     args = parser.parse_args()
     if args.simulate:
         print(
@@ -293,8 +311,9 @@ def main() -> None:
         return
     out = args.out or Path(tempfile.mkdtemp(prefix="gate-fdr-"))
     out.mkdir(parents=True, exist_ok=True)
-    run_twice(out)
-    analyse(out, "python benchmarks/gate_fdr.py" + (f" --out {args.out}" if args.out else ""))
+    run_twice(out, args.sweep)
+    command = "python benchmarks/gate_fdr.py" + (f" --sweep {args.sweep}" if args.sweep != "blocks" else "")
+    analyse(out, command + (f" --out {args.out}" if args.out else ""))
     if args.compact is not None:
         write_compact(out, args.compact)
 

@@ -231,7 +231,15 @@ DRIVER_FLOORS: dict[str, set[str]] = {
     "execution": {"plan", "store", "machines"},  # on the cluster; never the report
     "report": {"plan", "store", "machines"},  # reads what was kept; never the execution side
 }
-ENTRY_POINTS = {"orchestrator", "orchestrator.__main__", "orchestrator.api", "orchestrator.cli"}
+ENTRY_POINTS = {
+    "orchestrator",
+    "orchestrator.__main__",
+    "orchestrator.api",
+    "orchestrator.cli",
+    "orchestrator.cli.common",
+    "orchestrator.cli.running",
+    "orchestrator.cli.reading",
+}
 
 
 def _stage(module: str) -> str | None:

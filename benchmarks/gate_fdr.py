@@ -178,13 +178,23 @@ def scenarios(out: Path) -> list[list[str]]:
     return rows
 
 
-NOISES = [("normal", 0.02), ("normal", 0.03), ("t5", 0.02), ("t3", 0.02), ("t2", 0.02), ("t1.5", 0.2)]
+NOISES = [
+    ("normal", 0.02),
+    ("normal", 0.03),
+    ("t5", 0.02),
+    ("t3", 0.02),
+    ("t2", 0.02),
+    ("t1.5", 0.2),
+    ("outliers", 0.016),
+]
+FAR_OUTLIERS = 3  # "outliers": normal noise, and this many other experiments 6-8 spreads out either way (as measured)
 SIMULATED = 300  # sweeps per row and null (--simulate)
 
 
 def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list[str]]:
     """Sweeps of ``n`` one-run experiments with simulated log changes (normal, or Student's t of a few degrees
-    of freedom: bursts of contention; times a scale), judged by a normal null from the median and 1.4826 MAD
+    of freedom: bursts of contention; or normal with ``FAR_OUTLIERS`` natural outliers far out, as the
+    building-blocks sweep measured; times a scale), judged by a normal null from the median and 1.4826 MAD
     (``tasks.stats.normal_p``) and by the gate's (``tasks.stats.empirical_null``, Student's t where the tails
     are heavy), Benjamini-Hochberg at 0.05 and beyond 5% as the gate does: false alarms in A/A sweeps, and
     how many of 5 experiments 10% slower are caught."""
@@ -206,10 +216,16 @@ def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list
 
     rows = []
     for shape, scale in NOISES:
-        draws = [
-            (rng.normal(0, 1, n) if shape == "normal" else rng.standard_t(float(shape[1:]), n)) * scale
-            for _ in range(2 * trials)
-        ]
+        def draw(shape: str = shape, scale: float = scale) -> Any:
+            if shape not in ("normal", "outliers"):
+                return rng.standard_t(float(shape[1:]), n) * scale
+            d = rng.normal(0, 1, n) * scale
+            if shape == "outliers":
+                far = rng.choice(np.setdiff1d(np.arange(n), planted), FAR_OUTLIERS, replace=False)
+                d[far] = rng.choice([-1, 1], FAR_OUTLIERS) * rng.uniform(6, 8, FAR_OUTLIERS) * scale
+            return d
+
+        draws = [draw() for _ in range(2 * trials)]
         for gate in (False, True):
             alarms = np.array([flagged(d, gate).sum() for d in draws[:trials]])
             caught = []
@@ -219,7 +235,7 @@ def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list
                 caught.append(flagged(d, gate)[planted].sum())
             rows.append(
                 [
-                    f"{shape} {scale:.0%}",
+                    f"{shape} {scale:.1%}" if shape == "outliers" else f"{shape} {scale:.0%}",
                     "the gate's" if gate else "normal",
                     f"{alarms.mean():.2f}",
                     f"{np.mean(alarms > 1):.0%}",

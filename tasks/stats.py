@@ -219,9 +219,13 @@ def fdr_adjust(p_values: Sequence[float]) -> list[float]:
 
 
 HEAVY_TAIL_Z = 3.0  # a value this many spreads from the centre is far out: a normal null expects 0.27% there
-HEAVY_TAIL_SHARE = 0.05  # more than this share that far out says the noise is not normal (6 of 120 where a
-# normal expects 0.3); chosen on simulated sweeps of 120 (python benchmarks/gate_fdr.py --simulate): it keeps
-# a normal sweep's power (5 real changes among 120 rarely trip it) and shields a sweep of t(1.5) noise
+HEAVY_TAIL_SHARE = 0.08  # more than this share that far out says the noise is not normal, whatever the
+# shoulders say (10 of 120 where a normal expects 0.3: more than a handful of real changes)
+SHOULDERS = (2.0, 5.0)  # spreads from the centre: the band a heavy tail fills and real changes mostly pass over
+SHOULDER_ALPHA = 0.01  # more values in the shoulders than a normal's share, at this binomial level: heavy
+# Both chosen on simulated sweeps of 120 (python benchmarks/gate_fdr.py --simulate): a handful of real changes
+# and natural outliers far out (6+ spreads) leave the shoulders as a normal's and keep the normal null's power;
+# noise with tails like Student's t of 1.5-5 degrees of freedom fills them.
 TAIL_QUANTILE = 0.90  # the tail quantile of |value - centre| whose ratio to the median gives a Student-t's df
 
 
@@ -252,19 +256,21 @@ def empirical_null(values: Sequence[float]) -> EmpiricalNull:
     1. Centre: the median; spread: the median absolute deviation from it scaled to a normal SD
        (``scipy.stats.median_abs_deviation(scale="normal")``, 1.4826 MAD). Neither moves much when a minority
        of the values are shifted (real changes), as a mean and SD would.
-    2. Shape: normal, unless more than ``HEAVY_TAIL_SHARE`` of the values lie beyond ``HEAVY_TAIL_Z`` spreads
-       (noise from a machine that other jobs starve in bursts: a normal null would call each a discovery).
-       Then Student's t whose ratio of its ``TAIL_QUANTILE`` quantile of |x - centre| to its median matches
-       the values' own (``scipy.stats.t.ppf``, solved for df by ``scipy.optimize.brentq``), with the scale
-       that gives the same MAD. A few real changes far out do not move that ratio (they are beyond the
-       quantile), so they keep a normal null when the rest is normal."""
+    2. Shape: normal, unless the tails are heavy (noise from a machine that other jobs starve in bursts: a
+       normal null would call each burst a discovery) by either sign (``heavy_tailed``): more values in the
+       shoulders, 2-5 spreads out (``SHOULDERS``), than a normal puts there (binomial test at
+       ``SHOULDER_ALPHA``; ``scipy.stats.binom``), or more than ``HEAVY_TAIL_SHARE`` of them beyond
+       ``HEAVY_TAIL_Z`` spreads. A few real changes and natural outliers far out pass over the shoulders, so
+       they keep a normal null (and its power) when the rest is normal. Then Student's t whose ratio of its
+       ``TAIL_QUANTILE`` quantile of |x - centre| to its median matches the values' own
+       (``scipy.stats.t.ppf``, solved for df by ``scipy.optimize.brentq``), with the scale that gives the
+       same MAD."""
     from scipy.stats import median_abs_deviation
 
     a = np.asarray(values, dtype=float)
     centre, spread = float(np.median(a)), float(median_abs_deviation(a, scale="normal"))
     null = EmpiricalNull(centre, spread, int(a.size), scale=spread)
-    far = np.abs(a - centre) > HEAVY_TAIL_Z * spread
-    if spread == 0 or float(np.mean(far)) <= HEAVY_TAIL_SHARE:
+    if spread == 0 or not heavy_tailed(np.abs(a - centre) / spread):
         return null
     df = _tail_df(np.abs(a - centre))
     if math.isinf(df):
@@ -273,6 +279,20 @@ def empirical_null(values: Sequence[float]) -> EmpiricalNull:
 
     scale = float(np.median(np.abs(a - centre))) / float(student_t.ppf(0.75, df))
     return EmpiricalNull(centre, spread, int(a.size), df, scale)
+
+
+def heavy_tailed(z: np.ndarray) -> bool:
+    """Whether distances from the centre, in spreads, come from tails heavier than a normal's: more of them
+    in the shoulders (``SHOULDERS``, counted among those not beyond them) than a normal's share at binomial
+    level ``SHOULDER_ALPHA``, or more than ``HEAVY_TAIL_SHARE`` of all of them beyond ``HEAVY_TAIL_Z``."""
+    from scipy.stats import binom, norm
+
+    low, high = SHOULDERS
+    inside = z <= high
+    shoulder, count = int(np.sum((z > low) & inside)), int(np.sum(inside))
+    normal_share = float(2 * (norm.sf(low) - norm.sf(high)) / (1 - 2 * norm.sf(high)))
+    crowded = count > 0 and float(binom.sf(shoulder - 1, count, normal_share)) < SHOULDER_ALPHA
+    return crowded or float(np.mean(z > HEAVY_TAIL_Z)) > HEAVY_TAIL_SHARE
 
 
 def _tail_df(deviations: np.ndarray) -> float:

@@ -143,6 +143,11 @@ def test_the_empirical_null_turns_student_t_where_the_tails_are_heavy():
     assert empirical_null(normal).df == float("inf")
     planted = np.concatenate([normal[:115], np.full(5, -0.1)])  # 5 real changes among 120 keep it normal
     assert empirical_null(planted).df == float("inf")
+    # 5 real changes and 3 natural outliers, all 6-8 spreads out: 8 of 120 beyond 3 spreads (6.7%), yet the
+    # shoulders (2-5 spreads) hold a normal's share: still normal, so the 5 keep a normal null's power
+    far = np.concatenate([normal[:112], np.full(5, -0.13), [0.14, -0.15, 0.12]])
+    assert empirical_null(far).df == float("inf")
+    assert np.mean(np.abs(far - np.median(far)) > 3 * empirical_null(far).spread) > 0.05
     heavy = rng.standard_t(1.5, 120) * 0.2
     null = empirical_null(heavy)
     assert 1 <= null.df < 4 and np.mean(np.abs(heavy - null.centre) > 3 * null.spread) > HEAVY_TAIL_SHARE

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from orchestrator.report.cells import Rows, clipped, markdown_table, rich_table
 from orchestrator.report.compare.models import KIND_TITLES, UNTESTED, WELCH, Change, Comparison, SweepNoise
-from tasks.stats import HEAVY_TAIL_SHARE, HEAVY_TAIL_Z
+from tasks.stats import HEAVY_TAIL_SHARE, HEAVY_TAIL_Z, SHOULDERS
 
 
 def verdict(c: Comparison) -> str:
@@ -113,8 +113,9 @@ def _shape(noise: SweepNoise) -> str:
     if noise.df is None:
         return ""
     return (
-        f", heavy-tailed: more than {HEAVY_TAIL_SHARE:.0%} of the moves beyond {HEAVY_TAIL_Z:g} spreads, so "
-        f"Student's t with {noise.df:.1f} degrees of freedom fitted to the tails"
+        f", heavy-tailed: more moves {SHOULDERS[0]:g}-{SHOULDERS[1]:g} spreads out than a normal's share, or "
+        f"more than {HEAVY_TAIL_SHARE:.0%} beyond {HEAVY_TAIL_Z:g} spreads, so Student's t with {noise.df:.1f} "
+        "degrees of freedom fitted to the tails"
     )
 
 

@@ -257,8 +257,8 @@ def empirical_null(values: Sequence[float]) -> EmpiricalNull:
        (``scipy.stats.median_abs_deviation(scale="normal")``, 1.4826 MAD). Neither moves much when a minority
        of the values are shifted (real changes), as a mean and SD would.
     2. Shape: normal, unless the tails are heavy (noise from a machine that other jobs starve in bursts: a
-       normal null would call each burst a discovery) by either sign (``heavy_tailed``): more values in the
-       shoulders, 2-5 spreads out (``SHOULDERS``), than a normal puts there (binomial test at
+       normal null would call each burst a discovery) by either of two signs (``heavy_tailed``): more values
+       in the shoulders, 2-5 spreads out (``SHOULDERS``), than a normal puts there (binomial test at
        ``SHOULDER_ALPHA``; ``scipy.stats.binom``), or more than ``HEAVY_TAIL_SHARE`` of them beyond
        ``HEAVY_TAIL_Z`` spreads. A few real changes and natural outliers far out pass over the shoulders, so
        they keep a normal null (and its power) when the rest is normal. Then Student's t whose ratio of its

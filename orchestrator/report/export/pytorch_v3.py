@@ -35,6 +35,25 @@ NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 
 
 Record = dict[str, Any]
 _encode = json.JSONEncoder(allow_nan=False).encode  # json.dumps(x, allow_nan=False), without a new encoder a call
+_NO_TARGET_TEXT: Final = _encode(NO_TARGET)
+_LISTS: dict[tuple[Any, ...], str] = {}  # short lists' JSON text, by item type and items (``_list_text``)
+_LISTS_KEPT: Final = 4096
+_NAMES: Final = {  # the metrics' names as JSON text
+    name: _encode(name)
+    for name in (
+        "speedup",
+        "eager_latency_ms",
+        "compiled_latency_ms",
+        "eager_device_latency_ms",
+        "compiled_device_latency_ms",
+        "compilation_latency",
+        "eager_peak_mem",
+        "dynamo_peak_mem",
+        "compression_ratio",
+        "graph_breaks",
+        "accuracy",
+    )
+}
 
 
 def records(
@@ -49,25 +68,39 @@ def iter_records(
     report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
 ) -> Iterator[Record]:
     """``records``, one result's at a time: 100,000 results are a million records, never all held."""
-    for shared, found in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
-        yield from (shared | {"metric": metric} for metric in found)
+    for shared, result in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
+        yield from (shared | {"metric": metric} for metric in metrics(result))
 
 
 def iter_record_lines(
     report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
 ) -> Iterator[str]:
     """Each record of ``iter_records`` as compact JSON text, the same text as ``json.dumps(record,
-    allow_nan=False)``: what a result's records share (everything but the metric, which comes last) is
-    encoded once, not once per metric."""
-    for shared, found in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
-        head = _encode(shared)[:-1] + ', "metric": '
-        yield from (head + _encode(metric) + "}" for metric in found)
+    allow_nan=False)``, put together from parts encoded once: what a result's records share (everything but
+    the metric, which comes last) once a result, its outcome (the first entries of every metric's
+    ``extra_info``) once a result, and each metric's own name, values and ``extra_info``."""
+    for shared, result in _by_result(report, repo=repo, head_branch=head_branch, head_sha=head_sha):
+        head = _encode(shared)[:-1] + ', "metric": {"name": '
+        outcome = _strings(_outcome(result))
+        outcome_text = _encode(outcome)[1:-1]
+        for name, values, extra in metric_parts(result):
+            if not outcome.keys().isdisjoint(extra):  # an entry of both: the merged map's order and value
+                info = _encode(outcome | extra)
+            elif outcome_text and extra:
+                info = "{" + outcome_text + ", " + _encode(extra)[1:]
+            else:
+                info = "{" + outcome_text + "}" if outcome_text else _encode(extra)
+            yield (
+                f'{head}{_NAMES.get(name) or _encode(name)}, "benchmark_values": {_encode(values)}, '
+                f'"target_value": {_NO_TARGET_TEXT}, '
+                f'"extra_info": {info}}}}}'
+            )
 
 
 def _by_result(
     report: Report, *, repo: str | None, head_branch: str | None, head_sha: str | None
-) -> Iterator[tuple[Record, list[Record]]]:
-    """Each result's shared part of its records and the metric part of each."""
+) -> Iterator[tuple[Record, Result]]:
+    """Each result with the part of its records they all share."""
     top: Record = {"timestamp": _unix_seconds(report.created_at), "schema_version": SCHEMA_VERSION, "name": report.name}
     top |= {k: v for k, v in (("repo", repo), ("head_branch", head_branch), ("head_sha", head_sha)) if v}
     runs = Counter(r.experiment_id for r in report.results)
@@ -80,21 +113,30 @@ def _by_result(
             "dependencies": _dependencies(result, report.environment),
             "runners": _runners(result, nodes),
         }
-        yield shared, metrics(result)
+        yield shared, result
 
 
 def metrics(result: Result) -> list[Record]:
-    """The metric part of each of one result's records: what it measured, then its outcome."""
+    """The metric part of each of one result's records: what it measured, then its outcome (``extra_info``:
+    the outcome's entries, then the metric's own)."""
     outcome = _strings(_outcome(result))  # every metric's: as strings once, not once a metric
-    found: list[Record] = []
+    return [
+        {"name": name, "benchmark_values": values, "target_value": NO_TARGET, "extra_info": outcome | extra}
+        for name, values, extra in metric_parts(result)
+    ]
+
+
+def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]]:
+    """Each metric of one result as its name, its finite values and its own ``extra_info`` (strings)."""
+    found: list[tuple[str, list[float], dict[str, str]]] = []
 
     def add(name: str, values: Sequence[float | int | None], **extra: Any) -> None:
         kept = [float(v) for v in values if v is not None and math.isfinite(v)]
-        dropped = sum(1 for v in values if v is not None and not math.isfinite(v))
+        dropped = len(values) - len(kept) - sum(1 for v in values if v is None)
         if dropped:
             extra["non_finite_values_dropped"] = dropped
         if kept or dropped:
-            found.append(_metric(name, kept, outcome, extra))
+            found.append((name, kept, _strings(extra)))
 
     if result.speedup is not None:
         low, high = result.speedup_ci or (None, None)
@@ -115,14 +157,8 @@ def metrics(result: Result) -> list[Record]:
         reasons = sorted(set(result.break_reasons))
         breaks = {"graph_count": result.graph_count, "unique_graph_breaks": len(reasons), "break_reasons": reasons}
         add("graph_breaks", [result.graph_breaks], **breaks)
-    found.append(_metric("accuracy", [], outcome, {"benchmark_values": [accuracy(result)]}))
+    found.append(("accuracy", [], _strings({"benchmark_values": [accuracy(result)]})))
     return found
-
-
-def _metric(name: str, values: list[float], outcome: dict[str, str], extra: Mapping[str, Any]) -> Record:
-    """A metric's part of a record: ``outcome`` (already strings) then its own ``extra`` in ``extra_info``."""
-    info = outcome | _strings(extra)
-    return {"name": name, "benchmark_values": values, "target_value": NO_TARGET, "extra_info": info}
 
 
 def _outcome(result: Result) -> dict[str, Any]:
@@ -268,23 +304,43 @@ def _runners(result: Result, nodes: Mapping[str, Node]) -> list[Record]:
 
 
 def _strings(values: Mapping[str, Any]) -> dict[str, str]:
-    """A ``Map(String, String)`` column: strings as they are, anything else as JSON, None left out."""
-    return {k: _string(v) for k, v in values.items() if v is not None}
+    """A ``Map(String, String)`` column: strings as they are, anything else as JSON, None left out. A bool,
+    an int or a finite float as ``json.dumps`` writes it (``true``, ``3``, ``float.__repr__``) without its
+    call, the column's most common values by far; a list of strings or of ints (GPU ids, a check's
+    outcome) from ``_LISTS`` once made."""
+    out: dict[str, str] = {}
+    for key, value in values.items():
+        kind = type(value)
+        if kind is str:
+            out[key] = value
+        elif value is None:
+            continue
+        elif kind is bool:
+            out[key] = "true" if value else "false"
+        elif kind is int:
+            out[key] = int.__repr__(value)
+        elif kind is float and math.isfinite(value):
+            out[key] = float.__repr__(value)
+        elif kind is list and len(value) <= 8:
+            out[key] = _list_text(value)
+        else:
+            out[key] = json.dumps(value, sort_keys=True)
+    return out
 
 
-def _string(value: Any) -> str:
-    """``value`` as JSON text: a string as it is; a bool, an int or a finite float as ``json.dumps`` writes it
-    (``true``, ``3``, ``float.__repr__``) without its call, the column's most common values by far."""
-    if isinstance(value, str):
-        return value
-    kind = type(value)
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float and math.isfinite(value):
-        return float.__repr__(value)
-    return json.dumps(value, sort_keys=True)
+def _list_text(value: list[Any]) -> str:
+    """A short list as JSON text, remembered where its items are all strings or all ints (not bools): the
+    same few lists (``[0, 1]``, ``["pass"]``) come back in every result."""
+    kinds = {type(item) for item in value}
+    if len(kinds) != 1 or not kinds <= {str, int}:
+        return json.dumps(value, sort_keys=True)
+    key = (kinds.pop(), *value)
+    text = _LISTS.get(key)
+    if text is None:
+        text = json.dumps(value, sort_keys=True)
+        if len(_LISTS) < _LISTS_KEPT:
+            _LISTS[key] = text
+    return text
 
 
 def _unix_seconds(created_at: str) -> int:

@@ -38,22 +38,7 @@ _encode = json.JSONEncoder(allow_nan=False).encode  # json.dumps(x, allow_nan=Fa
 _NO_TARGET_TEXT: Final = _encode(NO_TARGET)
 _LISTS: dict[tuple[Any, ...], str] = {}  # short lists' JSON text, by item type and items (``_list_text``)
 _LISTS_KEPT: Final = 4096
-_NAMES: Final = {  # the metrics' names as JSON text
-    name: _encode(name)
-    for name in (
-        "speedup",
-        "eager_latency_ms",
-        "compiled_latency_ms",
-        "eager_device_latency_ms",
-        "compiled_device_latency_ms",
-        "compilation_latency",
-        "eager_peak_mem",
-        "dynamo_peak_mem",
-        "compression_ratio",
-        "graph_breaks",
-        "accuracy",
-    )
-}
+_NAMES: dict[str, str] = {}  # the metrics' names as JSON text, each made once
 
 
 def records(
@@ -84,15 +69,13 @@ def iter_record_lines(
         outcome = _strings(_outcome(result))
         outcome_text = _encode(outcome)[1:-1]
         for name, values, extra in metric_parts(result):
-            if not outcome.keys().isdisjoint(extra):  # an entry of both: the merged map's order and value
+            if outcome.keys().isdisjoint(extra):
+                info = "{" + ", ".join(filter(None, (outcome_text, _encode(extra)[1:-1]))) + "}"
+            else:  # an entry of both: the merged map's order and value
                 info = _encode(outcome | extra)
-            elif outcome_text and extra:
-                info = "{" + outcome_text + ", " + _encode(extra)[1:]
-            else:
-                info = "{" + outcome_text + "}" if outcome_text else _encode(extra)
+            name_text = _NAMES.get(name) or _NAMES.setdefault(name, _encode(name))
             yield (
-                f'{head}{_NAMES.get(name) or _encode(name)}, "benchmark_values": {_encode(values)}, '
-                f'"target_value": {_NO_TARGET_TEXT}, '
+                f'{head}{name_text}, "benchmark_values": {_encode(values)}, "target_value": {_NO_TARGET_TEXT}, '
                 f'"extra_info": {info}}}}}'
             )
 
@@ -132,7 +115,7 @@ def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]
 
     def add(name: str, values: Sequence[float | int | None], **extra: Any) -> None:
         kept = [float(v) for v in values if v is not None and math.isfinite(v)]
-        dropped = len(values) - len(kept) - sum(1 for v in values if v is None)
+        dropped = sum(1 for v in values if v is not None and not math.isfinite(v))
         if dropped:
             extra["non_finite_values_dropped"] = dropped
         if kept or dropped:
@@ -323,6 +306,8 @@ def _strings(values: Mapping[str, Any]) -> dict[str, str]:
             out[key] = float.__repr__(value)
         elif kind is list and len(value) <= 8:
             out[key] = _list_text(value)
+        elif isinstance(value, str):  # a subclass of str: as it is, as any string
+            out[key] = value
         else:
             out[key] = json.dumps(value, sort_keys=True)
     return out

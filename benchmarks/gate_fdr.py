@@ -4,7 +4,7 @@ sweep-wide slowdown seen as one verdict.
     python benchmarks/gate_fdr.py [--sweep blocks|tutorial] [--out DIR]   # a 120-experiment spec run twice, the table
     python benchmarks/gate_fdr.py --reports DIR    # the table again from an earlier run's a.json and b.json
     python benchmarks/gate_fdr.py --reports DIR --compact tests/data/gate-fdr   # and a compact copy of them
-    python benchmarks/gate_fdr.py --simulate       # the empirical null on simulated sweeps of known noise (seconds)
+    python benchmarks/gate_fdr.py --simulate       # the empirical null on simulated sweeps of known noise (a minute)
 
 Runs one spec of 120 cheap experiments (``SWEEPS``: the six building blocks at ten sizes each, 30 timed
 samples a side, or the six tutorial targets at ten sizes each, 10 samples a side; compiled by the ``eager``
@@ -171,6 +171,8 @@ def scenarios(out: Path) -> list[list[str]]:
         median = f"median {math.expm1(noise['shift']):+.1%}, p={noise['shift_p']:.2g}" if noise else "no sweep null"
         shown = f"{sweep['kind'].replace('_', ' ')} ({median})" if sweep else f"none ({median})"
         spread = f"{noise['spread']:.1%}" if noise else "-"
+        if noise and noise.get("se_spread") is not None:  # judged standardized by each run's own SE
+            spread += f"; in own SEs {noise['se_spread']:.2f}, between-run {noise['between']:.1%}"
         spread += f", t({noise['df']:.1f})" if noise and noise["df"] else ""
         caught = f"{len(slower & set(planted))}/{len(planted)}" if planted else "-"
         others = len([c for c in flagged if c["experiment_id"] not in planted and not c["kind"].startswith("sweep")])
@@ -246,6 +248,67 @@ def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list
     return rows
 
 
+UNEQUAL = [(30, 0.0), (10, 0.0), (30, 0.02)]  # (samples a side, run-to-run drift beyond them) per --simulate row
+UNEQUAL_SPREADS = (0.04, 0.25)  # each experiment's per-sample scatter, log-uniform between these (both sides)
+UNEQUAL_TRIALS = 100  # A/A sweeps and slowed sweeps per row (each draws every sample: slower than the rows above)
+
+
+def simulate_unequal(trials: int = UNEQUAL_TRIALS, seed: int = 12, n: int = 120) -> list[list[str]]:
+    """Sweeps of ``n`` one-run experiments that are not equally noisy, as a real sweep's are: each experiment's
+    samples scatter by its own amount (log-normal, ``UNEQUAL_SPREADS``), each run's eager and compiled medians
+    come from that many samples (``UNEQUAL``), and each run may drift by a normal amount beyond them. Every run
+    digested as a report's is (its median, IQR and count: ``tasks.stats.describe``, ``log_median_se``), judged
+    by the gate (``compare.noise.judge``) with each run's standard error and without it (the moves scaled to
+    one run against one, the rule before), then Benjamini-Hochberg at 0.05 and beyond 5%: false alarms in A/A
+    sweeps, and how many of 5 experiments 10% slower are caught."""
+    import numpy as np
+
+    from orchestrator.report.compare.noise import Move, judge
+    from tasks.stats import describe, fdr_adjust, log_median_se
+
+    rng = np.random.default_rng(seed)
+    planted = np.arange(SLOWED_COUNT) * (n // SLOWED_COUNT) + n // (2 * SLOWED_COUNT)
+
+    def run(spread: float, samples: int, drift: float) -> tuple[float, float]:
+        """One run's log speedup and its standard error."""
+        shift = rng.normal(0, drift)
+        eager, compiled = (describe(np.exp(rng.normal(0, spread, samples) + d)) for d in (0.0, shift))
+        se = math.hypot(log_median_se(eager) or 0.0, log_median_se(compiled) or 0.0)
+        return math.log(eager.median_ms / compiled.median_ms), se
+
+    rows = []
+    for samples, drift in UNEQUAL:
+        sweeps = []
+        for _ in range(2 * trials):
+            spreads = np.exp(rng.uniform(*np.log(UNEQUAL_SPREADS), n))
+            pairs = [(run(s, samples, drift), run(s, samples, drift)) for s in spreads]
+            sweeps.append([(new - base, math.hypot(b_se, n_se)) for (base, b_se), (new, n_se) in pairs])
+        for standardize in (False, True):
+
+            def flagged(moves: list[tuple[float, float]], standardize: bool = standardize) -> Any:
+                judged = judge("sim", "speedup", [Move(c, (1, 1), se if standardize else None) for c, se in moves], [])
+                change = np.array([c for c, _ in moves])
+                adjusted = np.asarray(fdr_adjust([p if p is not None else 1.0 for p in judged.p]))
+                return (adjusted < 0.05) & (np.abs(np.expm1(change)) > 0.05) & (np.array(judged.deviation) * change > 0)
+
+            alarms = np.array([flagged(m).sum() for m in sweeps[:trials]])
+            caught = []
+            for moves in sweeps[trials:]:
+                slowed = [(c - math.log(INJECTED), se) if i in planted else (c, se) for i, (c, se) in enumerate(moves)]
+                caught.append(flagged(slowed)[planted].sum())
+            rows.append(
+                [
+                    f"{samples} samples, drift {drift:.0%}",
+                    "each run's own SE (the gate)" if standardize else "one spread for all (before)",
+                    f"{alarms.mean():.2f}",
+                    f"{np.mean(alarms > 1):.0%}",
+                    f"{np.mean(caught):.2f}",
+                    f"{np.mean(np.asarray(caught) >= 4):.0%}",
+                ]
+            )
+    return rows
+
+
 DROPPED = {"check", "measurement", "compile_breakdown", "requested", "reserved", "work", "break_reasons"}
 
 
@@ -309,7 +372,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the spec and reports go (default: a temp dir)")
     parser.add_argument("--reports", type=Path, default=None, help="print the table of an earlier run's --out again")
     parser.add_argument("--compact", type=Path, default=None, help="also write compact copies of the reports here")
-    parser.add_argument("--simulate", action="store_true", help="only the null on simulated sweeps (seconds)")
+    parser.add_argument("--simulate", action="store_true", help="only the null on simulated sweeps (a minute)")
     parser.add_argument("--sweep", choices=sorted(SWEEPS), default="blocks", help="the spec run twice (default blocks)")
     args = parser.parse_args()
     if args.simulate:
@@ -319,6 +382,13 @@ def main() -> None:
         )
         headers = ["log change noise", "null", "A/A flags (mean)", "A/A > 1", "slowed caught (mean)", ">= 4 caught"]
         print(markdown(headers, simulate()))
+        print(
+            f"\n{UNEQUAL_TRIALS} A/A sweeps and {UNEQUAL_TRIALS} with {SLOWED_COUNT} slowed per row, experiments not "
+            f"equally noisy: per-sample scatter {UNEQUAL_SPREADS[0]:.0%}-{UNEQUAL_SPREADS[1]:.0%} (log-uniform), each "
+            "run's medians from its samples, judged with and without each run's standard error:\n"
+        )
+        headers = ["runs", "moves judged by", *headers[2:]]
+        print(markdown(headers, simulate_unequal()))
         return
     if args.reports is not None:
         analyse(args.reports, f"python benchmarks/gate_fdr.py --reports {args.reports}")

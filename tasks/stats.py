@@ -38,6 +38,21 @@ def describe(samples: Sequence[float]) -> SampleStats:
     )
 
 
+# A median's standard error is sqrt(pi / 2) = 1.2533 times the mean's for normal samples, and a normal's SD is
+# its IQR / 1.349: the SE of a median from its IQR alone, robust to the outliers the IQR ignores.
+MEDIAN_SE_PER_IQR: Final = math.sqrt(math.pi / 2) / 1.349
+
+
+def log_median_se(stats: SampleStats) -> float | None:
+    """The standard error of log(median) of one side's samples, from their IQR and count alone (IQR / median
+    is the log samples' IQR to first order): ``MEDIAN_SE_PER_IQR`` (IQR / median) / sqrt(n). None with fewer
+    than 2 samples or a median of 0; 0.0 where the IQR is 0. How much a run's median would move if the run
+    were taken again under the same conditions: within-run noise, not the run-to-run drift beyond it."""
+    if stats.n < 2 or stats.median_ms <= 0:
+        return None
+    return MEDIAN_SE_PER_IQR * (stats.iqr_ms / stats.median_ms) / math.sqrt(stats.n)
+
+
 def side_timing(
     first_call_ms: float, samples_ms: list[float], warmup: int, block_size: int = 1, **extra: Any
 ) -> SideTiming:

@@ -10,6 +10,7 @@ import gzip
 import json
 import re
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -292,6 +293,27 @@ def test_a_compressed_report_whose_digests_do_not_validate_is_read_whole(kept, t
     broken = tmp_path / "broken.json.gz"
     broken.write_bytes(gzip.compress(b"".join([first, summary, short, *rest])))
     assert load_glance(broken) == glance(read(kept["gz"]))
+
+
+def test_digests_written_before_the_runs_standard_errors_read_with_none_and_are_judged_unstandardized():
+    """A report whose digest columns lack ``eager_se``/``compiled_se`` (written before they were kept) reads
+    with those None, every other field as written; the gate then judges its one-run moves as before, scaled
+    to one run against one (no ``se_spread``); with them, standardized by each run's own standard error."""
+    results = [make_result("seed.foo", 2.0, params={"i": i}, noise=0.02, n=11, sample_seed=i) for i in range(30)]
+    later = [make_result("seed.foo", 2.0, params={"i": i}, noise=0.02, n=11, sample_seed=99 + i) for i in range(30)]
+    digests = [digest(r) for r in results]
+    assert all(d.eager_se and d.compiled_se for d in digests)
+    cols = {name: [getattr(d, name) for d in digests] for name in digests[0].__slots__}
+    old = DigestColumns.model_validate({k: v for k, v in cols.items() if not k.endswith("_se")}).digests()
+    assert [d.eager_se for d in old] == [None] * 30
+    assert [replace(d, eager_se=None, compiled_se=None) for d in digests] == old
+    base, new = make_report(results, name="base"), make_report(later, name="new")
+    (now,) = compare(base, new).noise
+    assert now.se_spread is not None and now.between is not None
+    before = glance(new)
+    before.digests = [replace(d, eager_se=None, compiled_se=None) for d in before.digests]
+    (then,) = compare(base, before).noise
+    assert then.se_spread is None and then.between is None and then.spread == now.spread
 
 
 def test_compare_on_a_terminal_clips_its_changes_and_markdown_and_json_list_every_one(kept):

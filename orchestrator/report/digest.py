@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from orchestrator.report.models import Environment, Report, Summary, result_group
 from orchestrator.report.summary import device_model, summarize
 from tasks.result import Result
+from tasks.stats import log_median_se
 from tasks.text import first_line
 
 VERSION_KEYS: Final = ("torch", "triton", "cuda")  # a worker's versions that compare warns about when they differ
@@ -57,6 +58,11 @@ class Digest:
     threads: int | None
     versions: dict[str, str]
     inductor_options: dict[str, Any]
+    # the standard errors of log(median) of each side within its run (``tasks.stats.log_median_se``): how far
+    # this run's own samples let its median move; None where a side was not timed (or in digests written
+    # before they were kept)
+    eager_se: float | None = None
+    compiled_se: float | None = None
 
     @property
     def timed(self) -> bool:
@@ -101,6 +107,8 @@ def digest(r: Result) -> Digest:
         threads=worker.threads if worker else None,
         versions={k: worker.versions[k] for k in VERSION_KEYS if k in worker.versions} if worker else {},
         inductor_options=r.inductor_options,
+        eager_se=log_median_se(r.eager) if r.eager else None,
+        compiled_se=log_median_se(r.compiled) if r.compiled else None,
     )
 
 
@@ -130,16 +138,20 @@ class DigestColumns(BaseModel):
     threads: list[int | None]
     versions: list[dict[str, str]]
     inductor_options: list[dict[str, Any]]
+    eager_se: list[float | None] | None = None  # None: digests written before these columns were kept
+    compiled_se: list[float | None] | None = None
 
     @model_validator(mode="after")
     def _one_length(self) -> DigestColumns:
-        lengths = {name: len(getattr(self, name)) for name in FIELDS}
+        lengths = {name: len(column) for name in FIELDS if (column := getattr(self, name)) is not None}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"digest columns of different lengths: {lengths}")
         return self
 
     def digests(self) -> list[Digest]:
-        return [Digest(*row) for row in zip(*(getattr(self, name) for name in FIELDS), strict=True)]
+        count = len(self.experiment_id)
+        cols = (column if (column := getattr(self, name)) is not None else [None] * count for name in FIELDS)
+        return [Digest(*row) for row in zip(*cols, strict=True)]
 
 
 def columns(digests: Sequence[Digest]) -> dict[str, list[Any]]:

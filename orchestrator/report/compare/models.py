@@ -131,6 +131,11 @@ class SweepNoise(BaseModel):
     source: Literal["sweep", "aa", "none"]
     centre: float = 0.0  # the log change the null is centred on: the sweep's median (0 for an A/A figure)
     spread: float | None = None  # SD of the log change of one run against one
+    # source "sweep", each change standardized by its own noise (``compare.noise.standardized``): the SD of the
+    # standardized changes (1 where a run-to-run part was fitted), and that part, the SD of the log change a
+    # run against a run beyond the runs' own standard errors (0: their samples account for all of it)
+    se_spread: float | None = None
+    between: float | None = None
     df: float | None = None  # source "sweep" with heavy tails: the Student's t null's degrees of freedom
     figure: NoiseFigure | None = None  # source "aa"
     shift: float | None = None  # source "sweep": the median log change across the experiments

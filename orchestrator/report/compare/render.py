@@ -124,9 +124,16 @@ def _noise_line(noise: SweepNoise, c: Comparison) -> str:
     head = f"noise on {noise.device_model}: {noise.experiments} experiment(s) with {fewer}"
     spread = f"{noise.spread or 0.0:.1%} a run against a run"
     if noise.source == "sweep":
+        scaled = _shape(noise)
+        if noise.se_spread is not None:
+            between = f", with a run-to-run part of {noise.between:.1%} beyond them" if noise.between else ""
+            scaled = (
+                f"; each move, less the median, judged in units of its own noise, its runs' standard error from "
+                f"their samples' IQR{between}: spread {noise.se_spread:.2f} of them{scaled}"
+            )
         return (
             f"{head} judged against the sweep's own noise (empirical null): {noise.metric} moves centred on "
-            f"{math.expm1(noise.centre):+.1%}, spread {spread} (1.4826 MAD){_shape(noise)}; the whole sweep's "
+            f"{math.expm1(noise.centre):+.1%}, spread {spread} (1.4826 MAD){scaled}; the whole sweep's "
             f"median move {math.expm1(noise.shift or 0.0):+.1%} (Wilcoxon p={noise.shift_p:.2g})"
         )
     if noise.source == "aa" and noise.figure is not None:

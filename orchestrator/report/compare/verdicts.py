@@ -52,6 +52,7 @@ class Candidate:
     p_adjusted: float | None = None
     test: str = UNTESTED
     deviation: float = 0.0  # the move as its test saw it (scaled, less the null's centre): its direction
+    se: float | None = None  # the within-run standard error of log(ratio) (``within_run_se``)
     note: str = ""
     # what the change shows beside the ratio (base, new, change, phases): worked out only for a candidate
     # that becomes a change, not for each of a big sweep's unchanged experiments
@@ -74,12 +75,28 @@ def run_values(runs: Sequence[Digest], metric: Metric) -> list[float]:
     return [r.compiled_ms for r in runs if r.compiled_ms is not None]
 
 
+def within_run_se(runs: Sequence[Digest], metric: Metric) -> float | None:
+    """The standard error of log of one side's geometric mean of ``metric`` over its runs, from each run's own
+    samples (``Digest.eager_se``, ``compiled_se``): a speedup's log is the difference of its sides' log
+    medians, so their variances add; a mean over k runs has the sum of their variances over k^2. None where
+    a run does not know its own."""
+    total = 0.0
+    for r in runs:
+        sides = (r.eager_se, r.compiled_se) if metric == "speedup" else (r.compiled_se,)
+        if any(se is None for se in sides):
+            return None
+        total += sum(se * se for se in sides if se is not None)
+    return math.sqrt(total) / len(runs) if runs else None
+
+
 def speed_candidate(b: Sequence[Digest], n: Sequence[Digest], metric: Metric) -> Candidate:
     """The move of ``metric`` between two sides' ok, timed runs, with Welch's p where both have ``MIN_RUNS``;
     the other metric's move is kept to be shown beside it, never gated."""
     speedup = geomean(run_values(n, "speedup")) / geomean(run_values(b, "speedup"))
     time = geomean(run_values(n, "time")) / geomean(run_values(b, "time"))
     c = Candidate(list(b), list(n), speedup if metric == "speedup" else time)
+    b_se, n_se = within_run_se(c.b, metric), within_run_se(c.n, metric)
+    c.se = math.hypot(b_se, n_se) if b_se is not None and n_se is not None else None
     c.describe = partial(_speed_extra, c, speedup, time, metric)
     if min(c.runs) >= MIN_RUNS:
         c.p, c.test = welch_log(run_values(b, metric), run_values(n, metric)).p, WELCH
@@ -106,7 +123,7 @@ def speed_changes(
             groups.setdefault(c.n[0].device_model or "unknown", []).append(c)
     swept = []
     for model, group in groups.items():
-        judged = judge(model, t.metric, [Move(math.log(c.ratio), c.runs) for c in group], figures)
+        judged = judge(model, t.metric, [Move(math.log(c.ratio), c.runs, c.se) for c in group], figures)
         for c, p, deviation in zip(group, judged.p, judged.deviation, strict=True):
             c.p, c.deviation, c.test = p, deviation, judged.test
             c.note = untested_note(*c.runs) if p is None else ""
@@ -303,5 +320,7 @@ def percent(ratio: float) -> str:
 
 
 def _spread(noise: SweepNoise) -> str:
-    """A null's spread: the SD of the log change of one run against one, as a percentage."""
-    return f"spread {noise.spread or 0.0:.1%} a run against a run"
+    """A null's spread: the SD of the log change of one run against one, as a percentage, and that of the
+    changes in units of their own standard errors where they were judged so."""
+    text = f"spread {noise.spread or 0.0:.1%} a run against a run"
+    return text if noise.se_spread is None else f"{text}, {noise.se_spread:.2f} in units of its own runs' SE"

@@ -113,6 +113,26 @@ def test_a_quiet_experiments_move_is_judged_by_its_own_noise_not_by_the_noisiest
     assert not any(adjusted[i] < 0.05 for i in planted)
 
 
+def test_standardized_moves_fit_the_drift_beyond_their_own_noise_and_floor_a_zero_standard_error():
+    """Moves that scatter by their own standard errors keep no run-to-run part; moves that drift by 5% beyond
+    standard errors of 1% get one of about 5%, and then spread by 1; a standard error of 0 counts as the
+    smallest other; one unknown standard error, or none above 0, leaves the moves unstandardized."""
+    from orchestrator.report.compare.noise import standardized
+
+    rng = np.random.default_rng(3)
+    se = rng.uniform(0.01, 0.05, 400)
+    own = standardized([Move(float(x), (1, 1), float(s)) for x, s in zip(rng.normal(0, se), se, strict=True)], 0.0)
+    assert own is not None and own.between < 0.005
+    drift = rng.normal(0, np.hypot(0.01, 0.05), 400)
+    fitted = standardized([Move(float(x), (1, 1), 0.01) for x in drift], 0.0)
+    assert fitted is not None and 0.04 < fitted.between < 0.06
+    assert median_abs_deviation(fitted.values, scale="normal") == pytest.approx(1.0, abs=1e-6)
+    floored = standardized([Move(0.02, (1, 1), 0.0), Move(0.02, (1, 1), 0.01), Move(-0.02, (1, 1), 0.04)], 0.0)
+    assert floored is not None and floored.values[0] == floored.values[1]
+    assert standardized([Move(0.02, (1, 1), None), Move(0.02, (1, 1), 0.01)], 0.0) is None
+    assert standardized([Move(0.02, (1, 1), 0.0), Move(0.01, (1, 1), 0.0)], 0.0) is None
+
+
 def test_a_change_significant_alone_is_not_flagged_among_twenty_tests_unless_the_fdr_allows(tmp_path):
     """3 runs a side: one experiment 9% slower with Welch's p near 0.015, 19 unchanged. Alone it is a regression;
     among 20 tests its adjusted p is 20 times its raw p, above 0.05; --fdr 0.5 flags it again."""

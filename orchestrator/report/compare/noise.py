@@ -81,16 +81,19 @@ def standardized(moves: Sequence[Move], centre: float) -> Standardized | None:
     sqrt(se^2 + between^2). ``between`` is 0 where the standard errors alone give the standardized moves a
     spread (1.4826 MAD) of 1 or less; otherwise the value that makes it 1 (``scipy.optimize.brentq``): a
     quiet experiment's move then counts for more than a noisy one's, and where drift between runs dwarfs
-    every run's own scatter all moves count alike, as unstandardized. None unless every move knows a
-    standard error above 0 (a side whose samples have no IQR at all, or a report from before runs kept
-    theirs): the moves are judged unstandardized."""
-    if not moves or any(m.se is None or m.se <= 0 for m in moves):
+    every run's own scatter all moves count alike, as unstandardized. A standard error of 0 (samples with
+    no IQR at all: a coarse timer's ticks) counts as the smallest any other move has. None where a move
+    knows none (a report from before runs kept theirs) or none is above 0: the moves are judged
+    unstandardized."""
+    known = [m.se for m in moves if m.se is not None]
+    positive = [se for se in known if se > 0]
+    if not moves or len(known) < len(moves) or not positive:
         return None
     from scipy.optimize import brentq
     from scipy.stats import median_abs_deviation
 
     residual = np.array([m.log_change - centre for m in moves])
-    se = np.array([m.se for m in moves], dtype=float)
+    se = np.maximum(np.array(known, dtype=float), min(positive))
 
     def spread(between: float) -> float:
         return float(median_abs_deviation(residual / np.sqrt(se * se + between * between), scale="normal"))

@@ -337,3 +337,30 @@ def test_the_committed_aa_pair_passes_the_gate_and_the_injected_slowdowns_hide_i
     for r in report.results:
         factor = 1.1 if r.experiment_id in ids else 1.0
         assert slowed[r.experiment_id].compiled.median_ms == pytest.approx(r.compiled.median_ms * factor, rel=1e-4)
+
+
+def test_the_committed_building_blocks_pair_meets_every_goal_of_the_gate(tmp_path):
+    """``benchmarks/gate_fdr.py``'s building-blocks sweep (120 experiments, 30 samples a side) run twice on the
+    2-core machine, quiet (``tests/data/gate-fdr-blocks``, compact copies), through the CLI: the A/A pair exits 0
+    with no regression; with 5 experiments made 10% slower in a copy of b, at least 4 of them are flagged and
+    nothing else; with every experiment 5% slower, the sweep-wide verdict. Each run's moves are judged in units
+    of their own standard error (no run-to-run part needed: they spread by less than 1 of them)."""
+    from benchmarks import gate_fdr
+
+    folder = ROOT / "tests" / "data" / "gate-fdr-blocks"
+    a, b = folder / "a.json", folder / "b.json"
+    result = runner.invoke(app, ["compare", str(a), str(b), "-f", "json"])
+    data = json.loads(result.output)
+    assert result.exit_code == 0 and data["regressions"] == 0 and data["matched"] == 120
+    (noise,) = data["noise"]
+    assert noise["source"] == "sweep" and noise["se_spread"] < 1 and noise["between"] == 0
+    report = gate_fdr.read(b)
+    ids = gate_fdr.chosen(report)
+    write_report(gate_fdr.slowed(report, gate_fdr.INJECTED, set(ids)), tmp_path / "five.json")
+    write_report(gate_fdr.slowed(report, gate_fdr.SWEEP), tmp_path / "all.json")
+    five = json.loads(runner.invoke(app, ["compare", str(a), str(tmp_path / "five.json"), "-f", "json"]).output)
+    flagged = {c["experiment_id"] for c in five["changes"] if c["regression"]}
+    assert len(flagged & set(ids)) >= 4 and flagged <= set(ids)
+    every = json.loads(runner.invoke(app, ["compare", str(a), str(tmp_path / "all.json"), "-f", "json"]).output)
+    (sweep,) = [c for c in every["changes"] if c["kind"] == "sweep_slower"]
+    assert sweep["regression"] and sweep["p_value"] < 1e-10

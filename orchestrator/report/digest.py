@@ -21,8 +21,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from orchestrator.report.models import Environment, Report, Summary, result_group
+from orchestrator.report.models import Environment, Report, Summary, group_label, result_group
 from orchestrator.report.summary import device_model, summarize
+from tasks.experiment import Phase, Precision
 from tasks.result import Result
 from tasks.stats import log_median_se
 from tasks.text import first_line
@@ -159,15 +160,55 @@ def columns(digests: Sequence[Digest]) -> dict[str, list[Any]]:
     return {name: [getattr(d, name) for d in digests] for name in FIELDS}
 
 
+class DecisionGlance(BaseModel):
+    """What the gate reads of a group's ``Decision``: what it recommends and why. The rest of it (every
+    configuration's figures, the Pareto set) is skipped unread."""
+
+    recommend: str
+    reason: str
+
+
+class GroupGlance(BaseModel):
+    """What the gate reads of a summary's ``Group``: what names it (``label``, as ``Group.label``), its
+    device model, how many results it holds and its decision; its ranking is skipped unread."""
+
+    target: str
+    params: dict[str, Any]
+    device_model: str
+    phase: Phase
+    precision: Precision
+    results: int
+    decision: DecisionGlance | None = None
+    traffic: str | None = None
+    gang: str | None = None
+
+    @property
+    def label(self) -> str:
+        return group_label(self.target, self.params, self.phase, self.precision, self.gang) + (
+            f" replay({self.traffic})" if self.traffic else ""
+        )
+
+
+class SummaryGlance(BaseModel):
+    """A report's summary as the gate reads it (``io.load_glance``): its groups' labels and decisions alone.
+    At 100,000 results the summary is 100 MB of JSON, most of it rankings and per-configuration figures the
+    gate never reads: the fields named here are validated, every other is skipped as it is parsed (the
+    pydantic default for unknown fields, rather than ``Lean``'s ``forbid``), a third of the whole summary's
+    time."""
+
+    groups: list[GroupGlance]
+
+
 @dataclass
 class Glance:
     """A report as the gate reads it: what it is (name, whether its run finished, where it ran), its summary
-    (the groups' decisions) and one digest a result."""
+    (the groups' decisions: the whole ``Summary`` of a report read whole, ``SummaryGlance`` of one read up to
+    its results) and one digest a result."""
 
     name: str
     complete: bool
     environment: Environment
-    summary: Summary
+    summary: Summary | SummaryGlance
     digests: list[Digest]
 
 

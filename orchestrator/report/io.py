@@ -4,26 +4,26 @@ Every function takes a local path or the URL of an object in a store (``orchestr
 ``s3://bucket/nightly/r.json`` is written in one PUT and read as a file is.
 
 A report whose name ends ``.gz`` (``REPORT_SUFFIX``: ``r.json.gz``) is written as compact JSON compressed
-with gzip, about a ninth of the indented text; any report is read compressed or not, whatever its name
-(gzip's magic bytes tell). Its first line holds everything but the results, with the results' digests
+with gzip (ISA-L's, ``isal``), about a ninth of the indented text; any report is read compressed or not,
+whatever its name (gzip's magic bytes tell). Its first line holds everything but the results, with the results' digests
 (``digest``: what ``compare`` reads of each) as columns; then one result a line. ``load_glance`` reads that
 first line alone. Beside each report goes its history file (``points``: ``r.history.json``).
 """
 
 from __future__ import annotations
 
-import gzip
 import io
 import json
 import zlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal, cast
 
-from pydantic import TypeAdapter, ValidationError
+from isal import igzip, isal_zlib
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from orchestrator.report.digest import DigestColumns, Glance, columns, digest, glance
+from orchestrator.report.digest import DigestColumns, Glance, SummaryGlance, columns, digest, glance
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
@@ -41,9 +41,15 @@ DIGESTS_OPEN: Final = b'"digests":'  # in a compressed report's first line: its 
 # The most of a compressed report read before its results must have begun (name, spec, environment: kilobytes
 # to a few megabytes), so that one of another layout is not decompressed twice whole to find that out.
 HEAD_LIMIT: Final = 64 * 1024**2
-# zlib's fastest level: 100,000 results of 10 samples a side in 86 MB, 9x smaller than the indented text, in a
-# third of level 6's time for 1.3x its size (benchmarks/read_scale.py; docs/report-fields.md).
-GZIP_LEVEL: Final = 1
+# ISA-L's deflate (``isal``: the same gzip stream as zlib writes and reads, about 3x zlib's speed both ways), at
+# its default level: 100,000 results of 10 samples a side in 85 MB, 0.8 s to compress on the 2-core machine where
+# zlib's fastest level takes 2.9 s for 93 MB (benchmarks/read_scale.py; docs/report-fields.md).
+GZIP_LEVEL: Final = isal_zlib.ISAL_DEFAULT_COMPRESSION
+# what a damaged or cut gzip stream raises, from either library
+# (``isal``'s stubs type its error as an instance; it is a class, ``igzip_lib.IsalError``)
+_ISAL_ERROR: Final = cast(type[Exception], isal_zlib.error)
+GZIP_ERRORS: Final[tuple[type[Exception], ...]] = (OSError, EOFError, zlib.error, _ISAL_ERROR)
+_UNREADABLE: Final[tuple[type[Exception], ...]] = (ValidationError, *GZIP_ERRORS)  # a layout given up on
 DIGEST_JSON: Final = TypeAdapter(dict[str, list[Any]])  # the digests' columns as JSON
 READABLE_VERSIONS: Final = (1, 2, SCHEMA_VERSION)
 
@@ -100,7 +106,7 @@ def _compressed(report: Report) -> bytes:
     third the results' digests (``DIGESTS_OPEN``, ``DigestColumns``) and the results' opening
     (``RESULTS_OPEN``); then each result on a line of its own: the layout ``_streamed`` reads a result at a
     time and ``load_glance`` reads up to the results."""
-    out = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31)  # wbits 31: a gzip stream
+    out = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # wbits 31: a gzip stream
     chunks = []
     for i, name in enumerate(n for n in Report.model_fields if n not in ("results", "summary")):
         field = report.model_dump_json(include={name})  # '{"name":value}'
@@ -167,7 +173,7 @@ def _streamed(stored: bytes) -> Report | None:
     if not stored.startswith(GZIP_MAGIC):
         return None
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
+        with igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
             head = _read_head(f)
             if head is None:
                 return None
@@ -189,16 +195,21 @@ def _streamed(stored: bytes) -> Report | None:
                     report.schema_version = SCHEMA_VERSION
                     return report
                 results.append(Result.model_validate_json(line.rstrip(b",\n")))
-    except (ValidationError, OSError, EOFError, zlib.error):
+    except _UNREADABLE:
         return None
     return None  # cut short before the results' end
 
 
-class _Head(Report):
-    """The first line of a compressed report (``_compressed``), its results left out: what ``load_glance``
-    validates. Fields of a newer version are ignored, as every report model ignores them."""
+class _Head(BaseModel):
+    """The first lines of a compressed report (``_compressed``) as ``load_glance`` reads them: the fields the
+    gate reads, the summary as ``SummaryGlance`` (labels and decisions), the digests; the results are not
+    read. Every other field is skipped unread, as are those of a newer version of the same schema."""
 
-    results: list[Any]  # empty: the results are not read
+    schema_version: Literal[2, 3]  # another version is read whole (``read``), which names it
+    name: str
+    complete: bool = True
+    environment: Environment
+    summary: SummaryGlance
     digests: DigestColumns
 
 
@@ -216,7 +227,7 @@ def load_glance(path: str | Path) -> Glance:
     stored = b"" if name.endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)) else _stored(where)
     if stored.startswith(GZIP_MAGIC):
         try:
-            with gzip.GzipFile(fileobj=io.BytesIO(stored)) as f:
+            with igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
                 head = _read_head(f)
             if head is not None and head[1] is not None:
                 with collector_paused():
@@ -224,12 +235,12 @@ def load_glance(path: str | Path) -> Glance:
                     if all(g.decision is not None for g in top.summary.groups):
                         digests = top.digests.digests()
                         return Glance(top.name, top.complete, top.environment, top.summary, digests)
-        except (ValidationError, OSError, EOFError, zlib.error):
+        except _UNREADABLE:
             pass  # read whole below, which names what is wrong
     return glance(read(path))
 
 
-def _read_head(f: gzip.GzipFile) -> tuple[bytes, bytes | None] | None:
+def _read_head(f: igzip.IGzipFile) -> tuple[bytes, bytes | None] | None:
     """What precedes a compressed report's results (``_compressed``): its fields (the first line, then the
     summary's) and its digests' line, which ends ``RESULTS_OPEN``; or a report's written before digests: its
     first line, which ends ``RESULTS_OPEN``, and None. None for any other layout (an older compressed report is
@@ -344,8 +355,8 @@ def _stored(path: Location) -> bytes:
 
 def _decompressed(path: Location, stored: bytes) -> bytes:
     try:
-        return gzip.decompress(stored) if stored.startswith(GZIP_MAGIC) else stored
-    except (OSError, EOFError, zlib.error) as e:
+        return igzip.decompress(stored) if stored.startswith(GZIP_MAGIC) else stored
+    except GZIP_ERRORS as e:
         raise ReportError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
 

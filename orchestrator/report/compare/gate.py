@@ -33,6 +33,7 @@ from orchestrator.report.compare.verdicts import (
 )
 from orchestrator.report.digest import Digest, Glance, as_glance
 from orchestrator.report.models import Report
+from tasks.heap import collector_paused
 
 _MISSING = object()
 
@@ -58,8 +59,13 @@ def compare(
       (``Comparison.fails``) unless ``allow_missing``; new with fewer runs of an experiment than base
       is a warning.
     """
-    base, new = as_glance(base), as_glance(new)
-    t = thresholds or Thresholds()
+    with collector_paused():  # a candidate per experiment and none of it garbage: nothing to collect
+        return _compared(as_glance(base), as_glance(new), thresholds or Thresholds(), names, noise)
+
+
+def _compared(
+    base: Glance, new: Glance, t: Thresholds, names: tuple[str, str], noise: Sequence[NoiseFigure]
+) -> Comparison:
     base_runs, new_runs = runs_by_experiment(base), runs_by_experiment(new)
     changes: list[Change] = []
     speed: list[Candidate] = []

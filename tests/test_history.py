@@ -15,6 +15,7 @@ import ruptures as rpt
 from PIL import Image
 from typer.testing import CliRunner
 
+import orchestrator.report.history as history_module
 from orchestrator.cli import app
 from orchestrator.report import Report, write_report
 from orchestrator.report.changepoints import (
@@ -24,9 +25,19 @@ from orchestrator.report.changepoints import (
     change_points,
     detectable,
     pull_in,
+    relative_noise,
+    relative_noises,
     search_p,
 )
-from orchestrator.report.history import MIN_CHANGE, History, build_history, history_of, markdown, min_changes
+from orchestrator.report.history import (
+    MIN_CHANGE,
+    History,
+    build_history,
+    history_of,
+    markdown,
+    min_changes,
+    value_text,
+)
 from orchestrator.report.history_html import render_history_html
 from tasks.models import Result
 from tests.report_data import make_report, make_result
@@ -177,6 +188,43 @@ def test_too_short_constant_and_invalid_series():
     assert change_points([1.0] * 30) == []
     with pytest.raises(ValueError, match="positive"):
         change_points([1.0, 0.0, 1.0])
+
+
+def test_the_noise_of_many_series_at_once_is_each_ones_to_the_last_bit():
+    """``relative_noises`` works out the short series together (an array per length) and gives the very
+    figures ``relative_noise`` gives one by one, at every length; a bad value is the same error."""
+    rng = np.random.default_rng(3)
+    lengths = [0, 1, 2, 3, 3, 4, 4, 5, 7, 12, 40] * 30
+    series = [list(np.exp(rng.normal(0, 0.05, n)) * rng.choice([1e-3, 1.0, 2.5, 300.0])) for n in lengths]
+    together = relative_noises(series)
+    assert together == [relative_noise(values) for values in series]
+    assert together.count(None) == 90 and all(v is not None and v > 0 for v in together[3::11])
+    for bad in ([1.0, 0.0, 1.0], [1.0, math.nan], [math.inf]):
+        with pytest.raises(ValueError, match="positive"):
+            relative_noises([[1.0, 1.1, 1.2], bad])
+
+
+def test_the_quiet_table_on_a_terminal_is_its_first_rows_and_counts_every_series(tmp_path, monkeypatch):
+    """Past a screenful, the terminal shows the first 40 quiet series and says how many there are: the rows
+    of the others are never made (a big sweep's few reports are hundreds of thousands of series)."""
+    for night in range(2):
+        rs = [
+            result(2.0 + night / 100, params={"copy": i}).model_copy(update={"experiment_id": f"e{i}"})
+            for i in range(45)
+        ]
+        write(tmp_path, f"night-{night}.json", report(rs, day=night + 1))
+    made = []  # each row's latest value, as its cell is made
+    monkeypatch.setattr(history_module, "value_text", lambda *a: made.append(a) or value_text(*a))
+    table = runner.invoke(app, ["history", str(tmp_path)])
+    assert table.exit_code == 0, table.output
+    assert len(made) == 40
+    monkeypatch.undo()
+    quiet = sum(not s.changes for s in history_of([str(tmp_path)])[0].series)
+    assert quiet > 40 and f"first 40 of {quiet:,} rows; every row with --format markdown or json" in table.stdout
+    md = runner.invoke(app, ["history", str(tmp_path), "--format", "markdown"]).stdout
+    assert md.count("| seed.foo3 copy=") == quiet  # every row
+    shown, every = (set(re.findall(r"copy=(\d+)", text)) for text in (table.stdout, md))
+    assert every == {str(i) for i in range(45)} and shown < every and "0" in shown
 
 
 def test_the_p_value_is_students_t_times_the_places_searched():

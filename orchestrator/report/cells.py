@@ -31,11 +31,15 @@ class Rows:
 SCREENFUL: Final = 40  # rows of one table on a terminal; past it the table shows its first rows and says the rest
 
 
-def clipped(rows: Rows, limit: int = SCREENFUL, rest: str = "every row with --format markdown") -> Rows:
-    """``rows`` cut to its first ``limit`` rows, a note first saying how many more there are and where they are."""
-    if len(rows.rows) <= limit:
+def clipped(
+    rows: Rows, limit: int = SCREENFUL, rest: str = "every row with --format markdown", total: int | None = None
+) -> Rows:
+    """``rows`` cut to its first ``limit`` rows, a note first saying how many more there are and where they are.
+    ``total``: how many rows the whole table has, where ``rows`` was made with its first ``limit`` alone."""
+    count = len(rows.rows) if total is None else total
+    if count <= limit:
         return rows
-    more = f"first {limit} of {len(rows.rows):,} rows; {rest}"
+    more = f"first {limit} of {count:,} rows; {rest}"
     return replace(rows, rows=rows.rows[:limit], notes=[more, *rows.notes])
 
 

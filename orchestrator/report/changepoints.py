@@ -253,6 +253,34 @@ def relative_noise(values: Sequence[float]) -> float | None:
     return math.expm1(noise_sigma(clean(np.log(y))))
 
 
+def relative_noises(series: Sequence[Sequence[float]]) -> list[float | None]:
+    """``relative_noise`` of each of many series, the same figures to the last bit. Those shorter than
+    ``CLIP_WINDOW`` (nothing to clean: every series of a big sweep's few reports, hundreds of thousands of them)
+    are worked out together, an array per length: the logarithms taken one by one as ``relative_noise`` takes
+    them, then the successive differences and both medians along the rows (a median of two values is their
+    mean, as ``statistics.median`` takes it). Longer series one by one. Raises ``ValueError`` as
+    ``relative_noise`` does for a value that is not finite and positive."""
+    out: list[float | None] = [None] * len(series)
+    by_length: dict[int, list[int]] = {}
+    for i, values in enumerate(series):
+        if len(values) >= CLIP_WINDOW:
+            out[i] = relative_noise(values)
+        else:
+            by_length.setdefault(len(values), []).append(i)
+    for n, members in by_length.items():
+        flat = [v for i in members for v in series[i]]
+        if not all(0 < v < math.inf for v in flat):  # NaN fails both comparisons
+            raise ValueError("change_points needs finite positive values (times, ratios)")
+        if n < 3:
+            continue
+        steps = np.diff(np.array([math.log(v) for v in flat]).reshape(len(members), n), axis=1)
+        middle = np.median(steps, axis=1, keepdims=True)
+        sigmas = MAD_TO_SIGMA * np.median(np.abs(steps - middle), axis=1) / math.sqrt(2)
+        for i, sigma in zip(members, sigmas.tolist(), strict=True):
+            out[i] = math.expm1(sigma)
+    return out
+
+
 def pull_in(before: np.ndarray, after: np.ndarray, floor: float) -> tuple[np.ndarray, np.ndarray]:
     """``before`` and ``after`` with outliers pulled to ``SEGMENT_SIGMAS`` noise deviations from their own
     side's median: the second cleaning, against the two levels the t-test compares rather than a running

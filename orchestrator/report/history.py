@@ -29,8 +29,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from orchestrator.report.cells import Rows, clipped, markdown_table, ms, rich_table, seconds, times
-from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noise
+from orchestrator.report.cells import SCREENFUL, Rows, clipped, markdown_table, ms, rich_table, seconds, times
+from orchestrator.report.changepoints import MIN_SEGMENT, change_points, detectable, relative_noises
 from orchestrator.report.io import ReportError, history_path, read
 from orchestrator.report.models import Report, group_label
 from orchestrator.report.points import (
@@ -260,12 +260,15 @@ def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[M
                 firsts[key] = kept.things.params[thing]
     smallest = {**MIN_CHANGE, **(min_change or {})}
     order = {m: n for n, m in enumerate(METRICS)}
+    keys = sorted(values, key=lambda k: (*k[:6], order[k[6]]))
+    series_values = [[v for _, v in values[key]] for key in keys]
+    noises = relative_noises(series_values)  # most series are a few points: worked out together, not one by one
     series = []
-    for key in sorted(values, key=lambda k: (*k[:6], order[k[6]])):
+    for key, values_, noise in zip(keys, series_values, noises, strict=True):
         points = _POINTS.validate_python(  # a series' points at once: quicker than a model each
             [{"report": reports[i][0], "created_at": reports[i][1].created_at, "value": v} for i, v in values[key]]
         )
-        values_ = [p.value for p in points]
+        testable = len(values_) >= 2 * MIN_SEGMENT  # shorter: no change can be tested, none is detectable
         series.append(
             Series(
                 target=key[0],
@@ -276,9 +279,9 @@ def series_of(reports: Sequence[tuple[str, ReportPoints]], min_change: Mapping[M
                 precision=key[5],
                 metric=key[6],
                 points=points,
-                changes=changes_of(points, smallest[key[6]]),
-                noise=relative_noise(values_),
-                detectable=detectable(values_, min_change=smallest[key[6]]),
+                changes=changes_of(points, smallest[key[6]]) if testable else [],
+                noise=noise,
+                detectable=detectable(values_, min_change=smallest[key[6]]) if testable else None,
             )
         )
     return History(series=series)
@@ -372,13 +375,14 @@ def rows(history: History) -> Rows:
     return Rows("series that changed", headers, body, {"latest", "points", "noise", "detectable"}, [])
 
 
-def quiet_rows(history: History) -> Rows:
+def quiet_rows(history: History, limit: int | None = None) -> Rows:
     """One row per series without a change: its latest value, its points, its noise and the smallest step it
     could have shown, so that "no change" says how large a change it would have seen; the counts per metric
-    and how many series are too short to test under it."""
+    and how many series are too short to test under it. ``limit``: rows for the first so many series alone
+    (a terminal's screenful of a big sweep's hundreds of thousands), the counts still of all of them."""
     quiet = [s for s in history.series if not s.changes]
     headers = ["series", "metric", "latest", "points", "noise", "detectable"]
-    body = [[s.label, s.metric, value_text(s.metric, s.points[-1].value), *_quality(s)] for s in quiet]
+    body = [[s.label, s.metric, value_text(s.metric, s.points[-1].value), *_quality(s)] for s in quiet[:limit]]
     return Rows(
         "series without a change", headers, body, {"latest", "points", "noise", "detectable"}, quiet_notes(quiet)
     )
@@ -407,8 +411,9 @@ def quiet_notes(quiet: Sequence[Series]) -> list[str]:
 def print_history(console: Console, history: History, reports: int) -> None:
     """The series that changed as a table, then those that did not with what each could have shown, then the
     counts; each table past a screenful its first rows and a note (every row: ``--format markdown`` or ``json``)."""
-    for whole in (rows(history), quiet_rows(history)):
-        view = clipped(whole, rest="every row with --format markdown or json")
+    quiet = sum(not s.changes for s in history.series)
+    for whole, total in ((rows(history), None), (quiet_rows(history, limit=SCREENFUL), quiet)):
+        view = clipped(whole, rest="every row with --format markdown or json", total=total)
         if view.rows:
             console.print(rich_table(view))
         for note in view.notes:

@@ -170,9 +170,16 @@ def test_validate_summarises_past_a_screenful_and_lists_every_row_when_asked(tmp
     assert all(row["id"] in every.output for row in ids)
 
 
-def test_the_terminal_clips_every_table_and_says_where_every_row_is(kept):
+def test_the_terminal_clips_every_table_and_says_where_every_row_is(kept, monkeypatch):
+    import orchestrator.report.views as views_module
+
+    made = []  # the ship table's rows, as each is made: the terminal makes the 40 it shows, of every group
+    real = views_module.break_even_text
+    monkeypatch.setattr(views_module, "break_even_text", lambda c: made.append(c) or real(c))
     result = CliRunner().invoke(app, ["report", str(kept["gz"])])
     assert result.exit_code == 0, result.output
+    groups = len(read(kept["gz"]).summary.groups)
+    assert len(made) == 40 and f"first 40 of {groups:,} rows; every row with --format markdown" in result.output
     assert "5,000 results, one row each with --format csv" in result.output
     assert re.search(r"first 40 of [\d,]+ rows; every row with --format markdown", result.output)
     assert len(result.output.splitlines()) < 2_000  # not a row a result

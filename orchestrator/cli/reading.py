@@ -97,7 +97,9 @@ def report(
     from orchestrator.report.views import views
 
     loaded = _read_report(path)
-    shown = list(views(loaded)) if format == "table" else None  # the terminal's tables and the page's: once
+    # the terminal's tables and the page's, worked out once where both are drawn; the terminal alone makes the
+    # rows it shows of a big report's long tables (``print_report``)
+    shown = list(views(loaded)) if format == "table" and html is not None else None
     if format == "table":
         print_report(out_console, loaded, shown=shown)
     else:

@@ -19,24 +19,25 @@ TIE_TEXT = "tie within noise"
 
 @dataclass
 class Rows:
-    """A titled table of text cells; ``right`` names the columns to right-align; ``notes`` follow it."""
+    """A titled table of text cells; ``right`` names the columns to right-align; ``notes`` follow it.
+    ``total``: how many rows the whole table has, where ``rows`` was made with its first ones alone (a
+    terminal's screenful of a big sweep's table, for ``clipped``, which says so); None where ``rows`` is all."""
 
     title: str
     headers: list[str]
     rows: list[list[str]]
     right: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
+    total: int | None = None
 
 
 SCREENFUL: Final = 40  # rows of one table on a terminal; past it the table shows its first rows and says the rest
 
 
-def clipped(
-    rows: Rows, limit: int = SCREENFUL, rest: str = "every row with --format markdown", total: int | None = None
-) -> Rows:
-    """``rows`` cut to its first ``limit`` rows, a note first saying how many more there are and where they are.
-    ``total``: how many rows the whole table has, where ``rows`` was made with its first ``limit`` alone."""
-    count = len(rows.rows) if total is None else total
+def clipped(rows: Rows, limit: int = SCREENFUL, rest: str = "every row with --format markdown") -> Rows:
+    """``rows`` cut to its first ``limit`` rows, a note first saying how many more there are (of its ``total``
+    where it was made with its first rows alone) and where they are."""
+    count = len(rows.rows) if rows.total is None else rows.total
     if count <= limit:
         return rows
     more = f"first {limit} of {count:,} rows; {rest}"

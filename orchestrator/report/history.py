@@ -383,9 +383,8 @@ def quiet_rows(history: History, limit: int | None = None) -> Rows:
     quiet = [s for s in history.series if not s.changes]
     headers = ["series", "metric", "latest", "points", "noise", "detectable"]
     body = [[s.label, s.metric, value_text(s.metric, s.points[-1].value), *_quality(s)] for s in quiet[:limit]]
-    return Rows(
-        "series without a change", headers, body, {"latest", "points", "noise", "detectable"}, quiet_notes(quiet)
-    )
+    right = {"latest", "points", "noise", "detectable"}
+    return Rows("series without a change", headers, body, right, quiet_notes(quiet), len(quiet))
 
 
 def quiet_notes(quiet: Sequence[Series]) -> list[str]:
@@ -411,9 +410,8 @@ def quiet_notes(quiet: Sequence[Series]) -> list[str]:
 def print_history(console: Console, history: History, reports: int) -> None:
     """The series that changed as a table, then those that did not with what each could have shown, then the
     counts; each table past a screenful its first rows and a note (every row: ``--format markdown`` or ``json``)."""
-    quiet = sum(not s.changes for s in history.series)
-    for whole, total in ((rows(history), None), (quiet_rows(history, limit=SCREENFUL), quiet)):
-        view = clipped(whole, rest="every row with --format markdown or json", total=total)
+    for whole in (rows(history), quiet_rows(history, limit=SCREENFUL)):
+        view = clipped(whole, rest="every row with --format markdown or json")
         if view.rows:
             console.print(rich_table(view))
         for note in view.notes:

@@ -65,7 +65,7 @@ def print_report(console: Console, report: Report, results: bool = True, shown: 
             Text(f"{report.name}: {len(report.results):,} results, one row each with --format csv (or markdown)"),
             soft_wrap=True,
         )
-    for view in views(report) if shown is None else shown:
+    for view in views(report, SCREENFUL if many else None) if shown is None else shown:
         view = clipped(view, rest="every row with --format markdown, every result with --format csv") if many else view
         console.print(rich_table(view))
         for note in view.notes:

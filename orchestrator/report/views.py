@@ -136,12 +136,13 @@ def cache_text(r: Result) -> str:
     return r.compile_cache.label if r.compile_cache else r.compile.cache
 
 
-def groups_rows(summary: Summary) -> Rows:
+def groups_rows(summary: Summary, limit: int | None = None) -> Rows:
     """The best configuration of each group, and whether its lead is beyond noise.
 
     Where some configuration ran replicates, ``CI over`` says which interval ``95% CI`` is (over
     the runs, or within one run), the within-run interval sits beside it, and the GPU spread
-    follows where replicates ran on two GPUs or more.
+    follows where replicates ran on two GPUs or more. ``limit``: the rows of the first so many groups
+    alone (``Rows.total`` counts them all), the columns still chosen by every group.
     """
     multi = len({g.device_model for g in summary.groups}) > 1
     ranked = [x for g in summary.groups for x in (g.best, g.runner_up) if x]
@@ -151,7 +152,7 @@ def groups_rows(summary: Summary) -> Rows:
     headers += [*(["CI over", "within-run CI"] if between else []), *(["GPU spread"] if spread else [])]
     headers += ["runner-up", "runner-up speedup", "verdict", "not ok"]
     rows = []
-    for g in summary.groups:
+    for g in summary.groups[:limit]:
         best, second = g.best, g.runner_up
         if best is None:
             verdict = "no valid timing"
@@ -176,13 +177,14 @@ def groups_rows(summary: Summary) -> Rows:
     right = {"speedup", "95% CI", "within-run CI", "GPU spread", "runner-up speedup"}
     notes = [REPLICATES_NOTE] if between else []
     notes += [SPREAD_NOTE] if spread else []
-    return Rows("best configuration per group", headers, rows, right, notes)
+    return Rows("best configuration per group", headers, rows, right, notes, len(summary.groups))
 
 
-def ship_rows(summary: Summary) -> Rows:
+def ship_rows(summary: Summary, limit: int | None = None) -> Rows:
     """What to ship per group (``Group.decision``): the configuration or eager, the reason, its lower bound
     and break-even, every configuration's break-even in short, and the Pareto set. Groups of a summary
-    written before decisions have none and no row."""
+    written before decisions have none and no row. ``limit``: the rows of the first so many alone
+    (``Rows.total`` counts them all), the notes still of every group."""
     decided = [g for g in summary.groups if g.decision is not None]
     multi = len({g.device_model for g in decided}) > 1
     weighed = any(g.decision and g.decision.calls for g in decided)
@@ -191,17 +193,18 @@ def ship_rows(summary: Summary) -> Rows:
     headers += ["every configuration", "Pareto set"]
     rows = []
     shared: dict[str, list[str]] = {}  # a decision's note -> the groups that have it
-    for g in decided:
+    for n, g in enumerate(decided):
         d = g.decision
         assert d is not None  # decided: for mypy
-        chosen = d.config(d.recommend)
         label = g.label
-        row = [*([g.device_model] if multi else []), label, d.recommend, times(d.lower)]
-        row += [break_even_text(chosen), seconds(chosen.compile_s if chosen else None)]
-        if weighed:
-            row += [f"{d.calls:,} calls" if d.calls else "lower bound", calls_time(d, chosen)]
-        row += [d.reason, "; ".join(config_brief(c) for c in d.configs), ", ".join(d.pareto) or "-"]
-        rows.append(row)
+        if limit is None or n < limit:
+            chosen = d.config(d.recommend)
+            row = [*([g.device_model] if multi else []), label, d.recommend, times(d.lower)]
+            row += [break_even_text(chosen), seconds(chosen.compile_s if chosen else None)]
+            if weighed:
+                row += [f"{d.calls:,} calls" if d.calls else "lower bound", calls_time(d, chosen)]
+            row += [d.reason, "; ".join(config_brief(c) for c in d.configs), ", ".join(d.pareto) or "-"]
+            rows.append(row)
         for note in d.notes:
             shared.setdefault(note, []).append(label)
     notes = [SHIP_NOTE] if rows else []
@@ -209,7 +212,7 @@ def ship_rows(summary: Summary) -> Rows:
         where = "every group" if len(labels) == len(decided) > 1 else ", ".join(dict.fromkeys(labels))
         notes.append(f"{where}: {note}")
     right = {"lower bound", "break-even calls", "compile s", "time for the calls"}
-    return Rows(SHIP_TITLE, headers, rows, right, notes)
+    return Rows(SHIP_TITLE, headers, rows, right, notes, len(decided))
 
 
 SHIP_NOTE = (
@@ -401,11 +404,12 @@ def recompiled_rows(summary: Summary) -> Rows:
     )
 
 
-def views(report: Report) -> Iterator[Rows]:
-    """The summary views, in reading order; empty ones are skipped."""
+def views(report: Report, limit: int | None = None) -> Iterator[Rows]:
+    """The summary views, in reading order; empty ones are skipped. ``limit``: the tables of a group a row
+    made for their first so many rows alone (a terminal's screenful; ``Rows.total`` counts them all)."""
     summary = report.summary
-    yield groups_rows(summary)
-    ship = ship_rows(summary)
+    yield groups_rows(summary, limit)
+    ship = ship_rows(summary, limit)
     if ship.rows:
         yield ship
     for extra in (replay_rows(report.results), scaling_rows(report.results), rank_rows(report.results)):

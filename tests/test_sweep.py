@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from orchestrator.plan.spec import load_spec
 from orchestrator.plan.sweep import deep_merge, expand, split_path
 from tasks.models import CompileConfig, Experiment
@@ -117,6 +120,29 @@ def test_seed_spec_ids_are_the_same_on_every_machine():
     # Golden ids: a change here changes every report's identity, so it must be deliberate.
     ids = [e.id for e in load_spec(ROOT / "examples" / "seed.yaml").experiments]
     assert ids == GOLDEN_SEED_IDS
+
+
+def test_a_left_out_spec_model_is_one_shared_default_and_the_id_leaves_it_out_however_given():
+    """A field holding a spec model (compile, timing, check, resources, worker) left out is the one frozen
+    instance every experiment shares, not a new one each (pydantic calls the factory for every experiment
+    built and every id worked out); given explicitly with the same values, it is the same experiment."""
+    from tasks.experiment import CheckConfig, Resources, TimingConfig, WorkerLimits
+
+    a, b = Experiment(target="seed.foo"), Experiment(target="seed.bar", params={"n": 3})
+    for name in ("compile", "timing", "check", "resources", "worker"):
+        assert getattr(a, name) is getattr(b, name)
+    explicit = Experiment(
+        target="seed.foo",
+        compile=CompileConfig(),
+        timing=TimingConfig(),
+        check=CheckConfig(),
+        resources=Resources(),
+        worker=WorkerLimits(),
+    )
+    assert explicit.id == a.id and explicit == a and explicit.compile is not a.compile
+    assert Experiment(target="seed.foo", compile={"backend": "eager"}).id != a.id
+    with pytest.raises(ValidationError):  # frozen: what every experiment shares cannot be changed through one
+        a.compile.backend = "eager"  # type: ignore[misc]
 
 
 GOLDEN_SEED_IDS = [

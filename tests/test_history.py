@@ -140,6 +140,29 @@ def test_shared_compile_latency_is_a_series_of_loaded_compiles_only():
     assert len(series) == 1 and [p.value for p in series[0].points] == [1.5]  # the empty cache's compile is no point
 
 
+def test_a_results_metrics_at_once_are_what_each_metric_says_of_it():
+    """``points.metric_values`` (each result's checks made once) against ``metric_value`` one metric at a
+    time: every status, cache state, a recompile, a shared compile that loaded and one that did not, values
+    that are not finite or not positive."""
+    from orchestrator.report.points import METRICS, metric_value, metric_values
+    from tasks.models import CompileCache
+    from tests.report_data import mixed_report
+
+    results = list(mixed_report().results)
+    for loaded in (True, False):
+        r = result(2.0, cache="shared", compile_s=3.0)
+        results.append(r.model_copy(update={"compile_cache": CompileCache(state="shared", loaded=loaded)}))
+    for bad in (math.nan, math.inf, 0.0, -1.0):
+        results.append(result(2.0, cache="warm", compile_s=bad))
+        results.append(result(2.0, compiled_ms=1.0).model_copy(update={"speedup": bad}))
+    one_by_one = [
+        [(m, v) for m in METRICS if (v := metric_value(r, m)) is not None and math.isfinite(v) and v > 0]
+        for r in results
+    ]
+    assert [metric_values(r) for r in results] == one_by_one
+    assert sum(map(len, one_by_one)) > 20 and any(not found for found in one_by_one)
+
+
 def test_a_report_without_a_valid_result_has_no_point_not_a_zero():
     reports = [
         ("a.json", report([result(2.0)], 1)),

@@ -97,6 +97,31 @@ def metric_value(r: Result, metric: Metric) -> float | None:
     return side.median_ms if side else None
 
 
+def metric_values(r: Result) -> list[tuple[Metric, float]]:
+    """Every metric ``r`` has a valid value of (``metric_value``: not None, finite, above zero), with it, in
+    ``METRICS``'s order: what ``metric_value`` says of each, the result's checks made once, not once a metric."""
+    if r.status != "ok":
+        return []
+    found: list[tuple[Metric, float | None]] = []
+    if valid_timing(r):
+        found += [
+            ("speedup", r.speedup),
+            ("eager_ms", r.eager.median_ms if r.eager else None),
+            ("compiled_ms", r.compiled.median_ms if r.compiled else None),
+        ]
+    cache = r.compile.cache
+    if cache != "shared" or (r.compile_cache is not None and r.compile_cache.loaded):
+        found.append((_COMPILE_METRICS[cache], r.compile_latency_s))
+    return [(metric, value) for metric, value in found if value is not None and 0 < value < math.inf]
+
+
+_COMPILE_METRICS: Final[dict[str, Metric]] = {
+    "cold": "compile_s_cold",
+    "warm": "compile_s_warm",
+    "shared": "compile_s_shared",
+}
+
+
 def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     """The report's point in each series it has a valid value for, in the order its results first name
     them: the median of the values (finite, above zero) of the results of that series. ``name`` and ``size``:
@@ -105,19 +130,19 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     things: dict[tuple[Any, ...], int] = {}
     measured = Things()
     for r in report.results:
+        found = metric_values(r)
+        if not found:
+            continue
         params = json.dumps(r.params, sort_keys=True, default=str)
         model = device_model(r) or UNKNOWN_DEVICE
         gang = gang_label(r)  # a distributed result's series is its world size's
         config = r.config_label + (f" {gang}" if gang else "")
         thing = (r.target, params, config, model, r.phase, r.precision)
-        for metric in METRICS:
-            value = metric_value(r, metric)
-            if value is None or not math.isfinite(value) or value <= 0:
-                continue
-            if thing not in things:
-                things[thing] = len(things)
-                for column, cell in zip(_COLUMNS, (*thing, r.params), strict=True):
-                    getattr(measured, column).append(cell)
+        if thing not in things:
+            things[thing] = len(things)
+            for column, cell in zip(_COLUMNS, (*thing, r.params), strict=True):
+                getattr(measured, column).append(cell)
+        for metric, value in found:
             values.setdefault((thing, metric), []).append(value)
     keys = list(values)
     return ReportPoints(
@@ -127,7 +152,7 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
         things=measured,
         thing=[things[thing] for thing, _ in keys],
         metric=[metric for _, metric in keys],
-        value=[statistics.median(values[key]) for key in keys],
+        value=[v[0] if len(v := values[key]) == 1 else statistics.median(v) for key in keys],
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from orchestrator.report.models import Environment, Report, Summary, group_label, result_group
+from orchestrator.report.models import Environment, Report, Summary, group_title, result_group
 from orchestrator.report.summary import device_model, summarize
 from tasks.experiment import Phase, Precision
 from tasks.result import Result
@@ -184,9 +184,8 @@ class GroupGlance(BaseModel):
 
     @property
     def label(self) -> str:
-        return group_label(self.target, self.params, self.phase, self.precision, self.gang) + (
-            f" replay({self.traffic})" if self.traffic else ""
-        )
+        """As ``Group.label``."""
+        return group_title(self.target, self.params, self.phase, self.precision, self.gang, self.traffic)
 
 
 class SummaryGlance(BaseModel):

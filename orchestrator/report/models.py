@@ -118,9 +118,7 @@ class Group(Kept):
 
     @property
     def label(self) -> str:
-        return group_label(self.target, self.params, self.phase, self.precision, self.gang) + (
-            f" replay({self.traffic})" if self.traffic else ""
-        )
+        return group_title(self.target, self.params, self.phase, self.precision, self.gang, self.traffic)
 
 
 class LeftOut(BaseModel):
@@ -206,6 +204,14 @@ def group_label(
     if gang is not None:
         parts.append(gang)
     return " ".join(parts)
+
+
+def group_title(
+    target: str, params: dict[str, Any], phase: str, precision: str, gang: str | None, traffic: str | None
+) -> str:
+    """A summary group's name (``Group.label``): its ``group_label``, and a replay's traffic after it
+    (``seed.foo3 replay(seq: 8 values, 1,000 calls)``), a group of its own."""
+    return group_label(target, params, phase, precision, gang) + (f" replay({traffic})" if traffic else "")
 
 
 def gang_label(r: Result) -> str | None:

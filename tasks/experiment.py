@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Mapping
-from typing import Any, Literal, Self, TypeVar
+from collections.abc import Mapping
+from typing import Any, Literal, Self
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from tasks.lean import Lean
+from tasks.lean import Lean, shared_default
 
 Device = Literal["auto", "cuda", "cpu"]
 CompileMethod = Literal["torch_compile", "module_compile"]
@@ -351,19 +351,6 @@ class DistributedConfig(Closed):
         return "+".join(parts)
 
 
-_M = TypeVar("_M", bound=Closed)
-
-
-def _shared(cls: type[_M]) -> Callable[[], _M]:
-    """The default of a field holding a spec model: one instance of it, made once and given to every
-    experiment that leaves the field out. A ``Closed`` model cannot be changed, so sharing it is safe; and
-    pydantic calls a field's factory each time it builds an experiment and each time it dumps one with
-    ``exclude_defaults`` (``Experiment.id``), which for a fresh instance is a validation every call: half a
-    million of them for a spec of 100,000 experiments."""
-    instance = cls()
-    return lambda: instance
-
-
 class Experiment(Closed):
     """One fully resolved experiment: a target, its inputs and one compile configuration."""
 
@@ -375,10 +362,14 @@ class Experiment(Closed):
         default="auto", description="'auto': CUDA where the worker has a GPU, else the CPU; or 'cuda', 'cpu'"
     )
     resources: Resources = Field(
-        default_factory=_shared(Resources), description="what the experiment reserves on its node"
+        default_factory=shared_default(Resources), description="what the experiment reserves on its node"
     )
-    compile: CompileConfig = Field(default_factory=_shared(CompileConfig), description="arguments of torch.compile")
-    timing: TimingConfig = Field(default_factory=_shared(TimingConfig), description="warmup and timed calls per side")
+    compile: CompileConfig = Field(
+        default_factory=shared_default(CompileConfig), description="arguments of torch.compile"
+    )
+    timing: TimingConfig = Field(
+        default_factory=shared_default(TimingConfig), description="warmup and timed calls per side"
+    )
     seed: int = Field(default=0, description="seeds torch's RNG before the target's factory runs")
     phase: Phase = Field(
         default="inference", description="'inference': forward only; 'training': forward, backward (and optimizer)"
@@ -388,12 +379,12 @@ class Experiment(Closed):
     )
     optimizer: Optimizer | None = Field(default=None, description="training only: an optimizer step after backward")
     check: CheckConfig = Field(
-        default_factory=_shared(CheckConfig), description="how compiled outputs are judged correct"
+        default_factory=shared_default(CheckConfig), description="how compiled outputs are judged correct"
     )
     timeout_s: float = Field(default=1800.0, gt=0, description="seconds for the whole experiment, compile included")
     retries: int = Field(default=1, ge=0, description="re-runs on a fresh worker after the worker process died")
     worker: WorkerLimits = Field(
-        default_factory=_shared(WorkerLimits),
+        default_factory=shared_default(WorkerLimits),
         description="when the worker that ran this experiment is replaced by a fresh process after it",
     )
     gpu_model: str | None = Field(

@@ -1,11 +1,13 @@
-"""The base of the models that cross between driver and worker and fill reports: ``Lean``.
+"""The base of the models that cross between driver and worker and fill reports (``Lean``), and the one default a
+frozen model's holders share (``shared_default``).
 
 Imports nothing of the project: ``tasks.experiment``, ``tasks.result`` and the report's models build on it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,3 +34,18 @@ class Lean(BaseModel):
         if every is None:
             every = _EVERY_FIELD[cls] = set(cls.model_fields)
         object.__setattr__(self, "__pydantic_fields_set__", every)
+
+
+_Frozen = TypeVar("_Frozen", bound=BaseModel)
+
+
+def shared_default(cls: type[_Frozen]) -> Callable[[], _Frozen]:
+    """A field's ``default_factory`` that gives one instance of ``cls``, made once, to every model that leaves
+    the field out: for a frozen model only (``tasks.experiment.Closed``), which no holder can change. pydantic
+    calls a factory each time it builds a model and each time it dumps one with ``exclude_defaults``
+    (``Experiment.id``); a new instance is a validation each call, half a million for a spec of 100,000
+    experiments."""
+    if not cls.model_config.get("frozen"):
+        raise TypeError(f"{cls.__name__} is not frozen: one instance of it cannot be every holder's default")
+    instance = cls()
+    return lambda: instance

@@ -143,6 +143,11 @@ def test_a_left_out_spec_model_is_one_shared_default_and_the_id_leaves_it_out_ho
     assert Experiment(target="seed.foo", compile={"backend": "eager"}).id != a.id
     with pytest.raises(ValidationError):  # frozen: what every experiment shares cannot be changed through one
         a.compile.backend = "eager"  # type: ignore[misc]
+    from tasks.lean import shared_default
+    from tasks.result import SideTiming
+
+    with pytest.raises(TypeError, match="SideTiming is not frozen"):
+        shared_default(SideTiming)
 
 
 GOLDEN_SEED_IDS = [

@@ -218,6 +218,7 @@ def simulate(trials: int = SIMULATED, seed: int = 11, n: int = 120) -> list[list
 
     rows = []
     for shape, scale in NOISES:
+
         def draw(shape: str = shape, scale: float = scale) -> Any:
             if shape not in ("normal", "outliers"):
                 return rng.standard_t(float(shape[1:]), n) * scale

@@ -187,6 +187,71 @@ def test_the_terminal_clips_every_table_and_says_where_every_row_is(kept, monkey
     assert len(csv_rows) == N + 1
 
 
+def test_the_terminal_reads_of_a_big_report_the_results_it_lists_and_prints_what_a_whole_read_prints(
+    kept, tmp_path, monkeypatch
+):
+    """``report`` on a terminal validates only the results its views list one by one (those not ok, replays,
+    distributed runs), found by the digests, and prints exactly what it prints from the report read whole.
+    A report whose digests do not say what is listed (written before they were kept), or of a screenful of
+    results or fewer, is read whole."""
+    import io as text_io
+
+    from rich.console import Console
+
+    import orchestrator.report.io as io_module
+    from orchestrator.report import print_report
+    from orchestrator.report.io import load_outline
+    from orchestrator.report.models import Outline
+
+    whole = read(kept["gz"])
+    validated = []
+    real = Result.model_validate_json
+    monkeypatch.setattr(io_module.Result, "model_validate_json", lambda text: validated.append(1) or real(text))
+    outline = load_outline(kept["gz"])
+    monkeypatch.undo()
+    listed = [r for r in whole.results if r.status != "ok" or r.replay or r.distributed]
+    assert isinstance(outline, Outline) and outline.results == listed and len(validated) == len(listed) < N / 10
+    assert outline.result_count == N and outline.unchecked == sum(
+        r.status == "ok" and r.correct is None for r in whole.results
+    )
+    assert outline.summary == whole.summary and outline.environment == whole.environment
+
+    def drawn(report: Report) -> str:
+        console = Console(file=text_io.StringIO(), width=160)
+        print_report(console, report)
+        return console.file.getvalue()
+
+    assert drawn(outline) == drawn(whole)
+    by_cli = CliRunner().invoke(app, ["report", str(kept["gz"])])
+    assert by_cli.exit_code == 0 and "5,000 results, one row each with --format csv" in by_cli.output
+
+    # digests written before the listed columns were kept: read whole, the same tables
+    text = gzip.decompress(kept["gz"].read_bytes())
+    first, summary, digests, rest = text.split(b"\n", 3)
+    columns = json.loads(digests.removeprefix(b'"digests":').removesuffix(b',"results":['))
+    older = {k: v for k, v in columns.items() if k not in ("correct", "replayed", "distributed")}
+    old = tmp_path / "old.json.gz"
+    old.write_bytes(
+        gzip.compress(b"\n".join([first, summary, b'"digests":' + json.dumps(older).encode() + b',"results":[', rest]))
+    )
+    assert load_outline(old) is None and read(old) == whole
+    small = tmp_path / "small.json.gz"
+    write_report(make_report(_results(40, 3)), small)
+    assert load_outline(small) is None and load_outline(kept["plain"]) is None
+
+    # replays and distributed runs are listed one by one too (their own tables), ok or not
+    from tests.report_data import replay_report
+    from tests.test_ranks import ranked_result
+
+    special = [*replay_report().results, ranked_result(1, 1.5), ranked_result(2, 1.8)]
+    mixed = make_report([*whole.results[:200], *special], name="mixed")
+    path = tmp_path / "mixed.json.gz"
+    write_report(mixed, path)
+    mixed_outline = load_outline(path)
+    assert mixed_outline is not None and all(r in mixed_outline.results for r in special)
+    assert drawn(mixed_outline) == drawn(read(path))
+
+
 def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(kept):
     page = render_html(read(kept["gz"]))
     assert page.count("<tr>") <= 10 * (PAGE_ROWS + 1)

@@ -37,6 +37,25 @@ def _read_report(path: str) -> Report:
     return report
 
 
+def _read_outline(path: str) -> Report:
+    """A big compressed report as the terminal shows it (``io.load_outline``: the results its views list one by
+    one, the rest from the summary), else the report at ``path`` read whole; frozen as ``_read_report`` does."""
+    import gc
+
+    from orchestrator.report import ReportError
+    from orchestrator.report.io import load_outline
+    from tasks.heap import collector_paused
+
+    with collector_paused():
+        try:
+            outline = load_outline(path)
+        except ReportError as e:
+            raise fail(str(e), 2) from None
+        finally:
+            gc.freeze()
+    return outline if outline is not None else _read_report(path)
+
+
 def _read_glance(path: str) -> Glance:
     """The report at ``path`` as the gate reads it (``io.load_glance``: a compressed report's digests alone),
     frozen out of the cycle collector's scans as ``_read_report`` does."""
@@ -96,7 +115,8 @@ def report(
     from orchestrator.report import csv_text, markdown, print_report
     from orchestrator.report.views import views
 
-    loaded = _read_report(path)
+    # the terminal alone reads of a big report what it shows; the page and the other formats, every result
+    loaded = _read_outline(path) if format == "table" and html is None else _read_report(path)
     # the terminal's tables and the page's, worked out once where both are drawn; the terminal alone makes the
     # rows it shows of a big report's long tables (``print_report``)
     shown = list(views(loaded)) if format == "table" and html is not None else None

@@ -64,6 +64,12 @@ class Digest:
     # before they were kept)
     eager_se: float | None = None
     compiled_se: float | None = None
+    # what the terminal's report reads of each result (``io.load_outline``): whether it was judged correct, and
+    # whether it holds a replay or a distributed run (the views that list such results one by one); None in
+    # digests written before these were kept
+    correct: bool | None = None
+    replayed: bool | None = None
+    distributed: bool | None = None
 
     @property
     def timed(self) -> bool:
@@ -110,6 +116,9 @@ def digest(r: Result) -> Digest:
         inductor_options=r.inductor_options,
         eager_se=log_median_se(r.eager) if r.eager else None,
         compiled_se=log_median_se(r.compiled) if r.compiled else None,
+        correct=r.correct,
+        replayed=r.replay is not None,
+        distributed=r.distributed is not None,
     )
 
 
@@ -141,6 +150,9 @@ class DigestColumns(BaseModel):
     inductor_options: list[dict[str, Any]]
     eager_se: list[float | None] | None = None  # None: digests written before these columns were kept
     compiled_se: list[float | None] | None = None
+    correct: list[bool | None] | None = None
+    replayed: list[bool] | None = None
+    distributed: list[bool] | None = None
 
     @model_validator(mode="after")
     def _one_length(self) -> DigestColumns:

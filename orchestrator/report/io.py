@@ -23,8 +23,9 @@ from typing import Any, Final, Literal, cast
 from isal import igzip, isal_zlib
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from orchestrator.report.cells import SCREENFUL
 from orchestrator.report.digest import DigestColumns, Glance, SummaryGlance, columns, digest, glance
-from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
+from orchestrator.report.models import SCHEMA_VERSION, Environment, Outline, Report
 from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
@@ -195,6 +196,64 @@ def _streamed(stored: bytes) -> Report | None:
                     report.schema_version = SCHEMA_VERSION
                     return report
                 results.append(Result.model_validate_json(line.rstrip(b",\n")))
+    except _UNREADABLE:
+        return None
+    return None  # cut short before the results' end
+
+
+class _Listed(BaseModel):
+    """The digest columns ``load_outline`` reads (every other skipped unread): each result's status, whether it
+    was judged correct, and whether it holds a replay or a distributed run. None: digests written before
+    the last three were kept."""
+
+    status: list[str]
+    correct: list[bool | None] | None = None
+    replayed: list[bool] | None = None
+    distributed: list[bool] | None = None
+
+
+def load_outline(path: str | Path) -> Outline | None:
+    """A big compressed report as a terminal shows it (``models.Outline``): everything but its results
+    validated, and of the results only those a view lists one by one, found by their digests (not ok, a
+    replay, a distributed run: a few in a hundred, where a sweep goes well); every other result's line is
+    decompressed and passed over, not parsed. None where the report has ``SCREENFUL`` results or fewer (the
+    terminal shows each of them), is not compressed with digests that say what is listed (written before
+    they were kept), or does not read so (``read`` then reads it whole and names what is wrong). Raises
+    ``ReportError`` for a file that cannot be read at all.
+    """
+    where = location(path)
+    name = where.name if isinstance(where, Path) else name_of(where)
+    if name.endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)):
+        return None
+    stored = _stored(where)
+    if not stored.startswith(GZIP_MAGIC):
+        return None
+    try:
+        with collector_paused(), igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+            head = _read_head(f)
+            if head is None or head[1] is None:
+                return None
+            columns = head[1].removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN)
+            flags = _Listed.model_validate_json(columns)
+            count = len(flags.status)
+            if flags.correct is None or flags.replayed is None or flags.distributed is None or count <= SCREENFUL:
+                return None
+            if not len(flags.correct) == len(flags.replayed) == len(flags.distributed) == count:
+                return None
+            report = Report.model_validate_json(head[0] + b'"results":[]}')
+            del head, columns
+            statuses = zip(flags.status, flags.replayed, flags.distributed, strict=True)
+            listed = [status != "ok" or replayed or distributed for status, replayed, distributed in statuses]
+            results: list[Result] = []
+            for i, line in enumerate(f):
+                if line.startswith(b"]"):
+                    if i != count or (line + f.read()).strip() != b"]}":
+                        return None
+                    kept = {name: getattr(report, name) for name in Report.model_fields if name != "results"}
+                    unchecked = sum(s == "ok" and c is None for s, c in zip(flags.status, flags.correct, strict=True))
+                    return Outline(**kept, results=results, result_count=count, unchecked=unchecked)
+                if i < count and listed[i]:
+                    results.append(Result.model_validate_json(line.rstrip(b",\n")))
     except _UNREADABLE:
         return None
     return None  # cut short before the results' end

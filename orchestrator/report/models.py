@@ -191,6 +191,16 @@ class Report(BaseModel):
     complete: bool = True  # False: the run was interrupted; experiments of the spec are missing
 
 
+class Outline(Report):
+    """A big report as a terminal shows it (``io.load_outline``): everything but its results, and of those only
+    the ones a view lists one by one (those not ok, replays, distributed runs); every other table is drawn
+    from the summary. ``result_count``: how many results the report holds; ``unchecked``: how many of them
+    are ok and were never judged correct. Never written: a report is read whole for anything else."""
+
+    result_count: int
+    unchecked: int
+
+
 def group_label(
     target: str, params: dict[str, Any], phase: str = "inference", precision: str = "fp32", gang: str | None = None
 ) -> str:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from orchestrator.report.cells import SCREENFUL, Rows, clipped, markdown_table, rich_table
-from orchestrator.report.models import Report, Summary
+from orchestrator.report.models import Outline, Report, Summary
 from orchestrator.report.summary import device_model
 from orchestrator.report.views import (
     groups_rows,
@@ -49,7 +49,7 @@ def summary_table(summary: Summary) -> Table:
 
 def print_report(console: Console, report: Report, results: bool = True, shown: Sequence[Rows] | None = None) -> None:
     """The whole report on a terminal: warnings first, the results, then the summary (``shown``: its
-    ``views``, where they were worked out already).
+    ``views``, where they were worked out already). ``report`` may be a big report's ``Outline``.
 
     Past a screenful (``SCREENFUL``) of results the table of results is left out, and each summary table
     shows its first rows and says how many more there are and how to see them all (``--format markdown``,
@@ -57,13 +57,13 @@ def print_report(console: Console, report: Report, results: bool = True, shown: 
     """
     for line in headline(report)[:-1]:
         console.print(Text(line, style="bold yellow"), soft_wrap=True)
-    many = len(report.results) > SCREENFUL
+    count = report.result_count if isinstance(report, Outline) else len(report.results)
+    many = count > SCREENFUL
     if results and not many:
         console.print(results_table(report.results, title=report.name, calibration=report.environment.calibration))
     elif results:
         console.print(
-            Text(f"{report.name}: {len(report.results):,} results, one row each with --format csv (or markdown)"),
-            soft_wrap=True,
+            Text(f"{report.name}: {count:,} results, one row each with --format csv (or markdown)"), soft_wrap=True
         )
     for view in views(report, SCREENFUL if many else None) if shown is None else shown:
         view = clipped(view, rest="every row with --format markdown, every result with --format csv") if many else view

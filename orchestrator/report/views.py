@@ -19,6 +19,7 @@ from orchestrator.report.models import (
     Decision,
     DeviceSummary,
     GeoMean,
+    Outline,
     Ranked,
     Report,
     Summary,
@@ -51,7 +52,8 @@ def headline(report: Report) -> list[str]:
     if not report.complete:
         lines.append("INCOMPLETE: the run did not finish; experiments of the spec may be missing from this report.")
     lines.extend(f"WARNING: {w}" for w in report.environment.warnings)
-    lines.append(counts_text(report.summary, unchecked=sum(unchecked(r) for r in report.results)))
+    count = report.unchecked if isinstance(report, Outline) else sum(unchecked(r) for r in report.results)
+    lines.append(counts_text(report.summary, unchecked=count))
     return lines
 
 

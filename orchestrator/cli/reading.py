@@ -5,8 +5,8 @@ reading and page writing they share with ``run``. None of them needs Ray or torc
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Annotated, Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import typer
 
@@ -17,62 +17,50 @@ if TYPE_CHECKING:
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
 
+_T = TypeVar("_T")
 
-def _read_report(path: str) -> Report:
-    """The report at ``path``, its objects frozen out of the cycle collector's scans (``gc.freeze``) before the
-    collector is on again: a command reads reports once and keeps them to its end, and a big one is millions
-    of objects, which the first collection after the read would otherwise walk (a second at 100,000 results)."""
+
+def _kept(read: Callable[[str], _T], path: str) -> _T:
+    """``read(path)`` with the collector paused, and what it read frozen out of the cycle collector's scans
+    (``gc.freeze``) before the collector is on again: a command reads reports once and keeps them to its end,
+    and a big one is millions of objects, which the first collection after the read would otherwise walk (a
+    second at 100,000 results). A report that cannot be read is exit 2, one line."""
     import gc
 
-    from orchestrator.report import ReportError, read
+    from orchestrator.report import ReportError
     from tasks.heap import collector_paused
 
-    with collector_paused():  # read()'s own pause inside it leaves the collector off until the freeze
+    with collector_paused():  # a reader's own pause inside it leaves the collector off until the freeze
         try:
-            report = read(path)
+            return read(path)
         except ReportError as e:
             raise fail(str(e), 2) from None
         finally:
             gc.freeze()
-    return report
+
+
+def _read_report(path: str) -> Report:
+    """The report at ``path`` read whole (``io.read``), kept (``_kept``)."""
+    from orchestrator.report import read
+
+    return _kept(read, path)
 
 
 def _read_outline(path: str) -> Report:
     """A big compressed report as the terminal shows it (``io.load_outline``: the results its views list one by
-    one, the rest from the summary), else the report at ``path`` read whole; frozen as ``_read_report`` does."""
-    import gc
-
-    from orchestrator.report import ReportError
+    one, the rest from the summary), else the report at ``path`` read whole; kept (``_kept``)."""
     from orchestrator.report.io import load_outline
-    from tasks.heap import collector_paused
 
-    with collector_paused():
-        try:
-            outline = load_outline(path)
-        except ReportError as e:
-            raise fail(str(e), 2) from None
-        finally:
-            gc.freeze()
+    outline = _kept(load_outline, path)
     return outline if outline is not None else _read_report(path)
 
 
 def _read_glance(path: str) -> Glance:
     """The report at ``path`` as the gate reads it (``io.load_glance``: a compressed report's digests alone),
-    frozen out of the cycle collector's scans as ``_read_report`` does."""
-    import gc
-
-    from orchestrator.report import ReportError
+    kept (``_kept``)."""
     from orchestrator.report.io import load_glance
-    from tasks.heap import collector_paused
 
-    with collector_paused():
-        try:
-            report = load_glance(path)
-        except ReportError as e:
-            raise fail(str(e), 2) from None
-        finally:
-            gc.freeze()
-    return report
+    return _kept(load_glance, path)
 
 
 def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None) -> None:

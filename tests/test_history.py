@@ -140,27 +140,34 @@ def test_shared_compile_latency_is_a_series_of_loaded_compiles_only():
     assert len(series) == 1 and [p.value for p in series[0].points] == [1.5]  # the empty cache's compile is no point
 
 
-def test_a_results_metrics_at_once_are_what_each_metric_says_of_it():
-    """``points.metric_values`` (each result's checks made once) against ``metric_value`` one metric at a
-    time: every status, cache state, a recompile, a shared compile that loaded and one that did not, values
-    that are not finite or not positive."""
-    from orchestrator.report.points import METRICS, metric_value, metric_values
+def test_what_a_result_says_of_each_metric_and_which_values_are_kept():
+    """``points.said`` and what ``metric_value`` and ``metric_values`` make of it: the speed metrics for an
+    ok result timed without a recompile, the compile latency under its cache state's metric (a shared one
+    only where it loaded artifacts), nothing for a failure; a value that is not finite or not above zero is
+    said but not kept."""
+    from orchestrator.report.points import metric_value, metric_values, said
     from tasks.models import CompileCache
-    from tests.report_data import mixed_report
 
-    results = list(mixed_report().results)
-    for loaded in (True, False):
+    def shared(loaded: bool) -> Result:
         r = result(2.0, cache="shared", compile_s=3.0)
-        results.append(r.model_copy(update={"compile_cache": CompileCache(state="shared", loaded=loaded)}))
+        return r.model_copy(update={"compile_cache": CompileCache(state="shared", loaded=loaded)})
+
+    speed = [("speedup", 2.0), ("eager_ms", 2.0), ("compiled_ms", 1.0)]
+    assert metric_values(result(2.0, cache="warm", compile_s=1.5)) == [*speed, ("compile_s_warm", 1.5)]
+    assert metric_values(result(2.0, cache="cold", compile_s=20.0)) == [*speed, ("compile_s_cold", 20.0)]
+    assert metric_values(shared(True)) == [*speed, ("compile_s_shared", 3.0)]
+    assert metric_values(shared(False)) == speed  # an empty shared cache's compile is a cold one: no point
+    assert metric_values(result(2.0, recompiled=True, compile_s=1.5)) == [("compile_s_warm", 1.5)]
+    assert said(result(None, status="compile_error")) == []
     for bad in (math.nan, math.inf, 0.0, -1.0):
-        results.append(result(2.0, cache="warm", compile_s=bad))
-        results.append(result(2.0, compiled_ms=1.0).model_copy(update={"speedup": bad}))
-    one_by_one = [
-        [(m, v) for m in METRICS if (v := metric_value(r, m)) is not None and math.isfinite(v) and v > 0]
-        for r in results
-    ]
-    assert [metric_values(r) for r in results] == one_by_one
-    assert sum(map(len, one_by_one)) > 20 and any(not found for found in one_by_one)
+        warm = result(2.0, cache="warm", compile_s=bad)
+        assert ("compile_s_warm", bad) in said(warm) or math.isnan(bad)
+        assert metric_values(warm) == speed
+        faster = result(2.0).model_copy(update={"speedup": bad})
+        assert all(metric != "speedup" for metric, _ in metric_values(faster))
+    assert (
+        metric_value(shared(True), "compile_s_shared") == 3.0 and metric_value(shared(True), "compile_s_warm") is None
+    )
 
 
 def test_a_report_without_a_valid_result_has_no_point_not_a_zero():

@@ -73,33 +73,17 @@ class ReportPoints(BaseModel):
     value: list[float]
 
 
-def metric_value(r: Result, metric: Metric) -> float | None:
-    """What one result says of one metric, or None when it says nothing valid.
+def said(r: Result) -> list[tuple[Metric, float | None]]:
+    """The metrics one result says something of, with what it says (possibly None, not finite or not above
+    zero: ``metric_values`` keeps the valid ones), in ``METRICS``'s order; a metric left out says nothing.
 
     Speed (``speedup``, ``eager_ms``, ``compiled_ms``, medians of the samples): ok results that did not
     recompile inside the timed window (``valid_timing``). Compile latency (the measured compile's first
-    call): ok results whose compile used the metric's cache state; a recompile later, inside the timed
-    window, does not change the first compile. ``compile_s_shared`` takes only shared compiles that
+    call): ok results, under the metric of the cache state their compile used; a recompile later, inside the
+    timed window, does not change the first compile. ``compile_s_shared`` takes only shared compiles that
     loaded artifacts from the shared cache: one that found it empty compiled like a cold one, and a
     series mixing both would show the cache's state, not the compile's.
     """
-    if metric in ("compile_s_cold", "compile_s_warm", "compile_s_shared"):
-        wanted = metric.removeprefix("compile_s_")
-        ok = r.status == "ok" and r.compile.cache == wanted
-        if wanted == "shared":
-            ok = ok and r.compile_cache is not None and r.compile_cache.loaded
-        return r.compile_latency_s if ok else None
-    if not valid_timing(r):
-        return None
-    if metric == "speedup":
-        return r.speedup
-    side = r.eager if metric == "eager_ms" else r.compiled
-    return side.median_ms if side else None
-
-
-def metric_values(r: Result) -> list[tuple[Metric, float]]:
-    """Every metric ``r`` has a valid value of (``metric_value``: not None, finite, above zero), with it, in
-    ``METRICS``'s order: what ``metric_value`` says of each, the result's checks made once, not once a metric."""
     if r.status != "ok":
         return []
     found: list[tuple[Metric, float | None]] = []
@@ -112,7 +96,18 @@ def metric_values(r: Result) -> list[tuple[Metric, float]]:
     cache = r.compile.cache
     if cache != "shared" or (r.compile_cache is not None and r.compile_cache.loaded):
         found.append((_COMPILE_METRICS[cache], r.compile_latency_s))
-    return [(metric, value) for metric, value in found if value is not None and 0 < value < math.inf]
+    return found
+
+
+def metric_value(r: Result, metric: Metric) -> float | None:
+    """What one result says of one metric (``said``), or None when it says nothing."""
+    return next((value for name, value in said(r) if name == metric), None)
+
+
+def metric_values(r: Result) -> list[tuple[Metric, float]]:
+    """Every metric ``r`` has a valid value of (``said``: not None, finite, above zero), with it, in
+    ``METRICS``'s order."""
+    return [(metric, value) for metric, value in said(r) if value is not None and 0 < value < math.inf]
 
 
 _COMPILE_METRICS: Final[dict[str, Metric]] = {

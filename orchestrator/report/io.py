@@ -87,9 +87,7 @@ def write_report(report: Report, path: str | Path) -> None:
     with collector_paused():  # the text of every result, then its points, made at once: none of it garbage
         data = _compressed(report) if compressed else bytes(report.model_dump_json(indent=2) + "\n", "utf-8")
         write_atomic_bytes(path, data)
-        where = location(path)
-        name = where.name if isinstance(where, Path) else name_of(where)
-        points = report_points(report, name, len(data))
+        points = report_points(report, _name(location(path)), len(data))
     write_atomic_bytes(history_path(path), bytes(points.model_dump_json() + "\n", "utf-8"))
 
 
@@ -128,7 +126,7 @@ def read(path: str | Path) -> Report:
     """A report (any schema version) or a run's journal: a ``*.journal.jsonl`` file, or a ``*.journal``
     prefix of objects in a store (or a copy of one in a local folder). Raises ``ReportError``."""
     where = location(path)
-    name = where.name if isinstance(where, Path) else name_of(where)
+    name = _name(where)
     objects = name.endswith(OBJECT_JOURNAL_SUFFIX) and (isinstance(where, str) or where.is_dir())
     return load_journal(where) if name.endswith(JOURNAL_SUFFIX) or objects else load_report(where)
 
@@ -221,12 +219,8 @@ def load_outline(path: str | Path) -> Outline | None:
     they were kept), or does not read so (``read`` then reads it whole and names what is wrong). Raises
     ``ReportError`` for a file that cannot be read at all.
     """
-    where = location(path)
-    name = where.name if isinstance(where, Path) else name_of(where)
-    if name.endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)):
-        return None
-    stored = _stored(where)
-    if not stored.startswith(GZIP_MAGIC):
+    stored = _compressed_bytes(location(path))
+    if not stored:
         return None
     try:
         with collector_paused(), igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
@@ -281,10 +275,8 @@ def load_glance(path: str | Path) -> Glance:
     before digests, a journal), or one whose first line does not validate, is read whole (``read``, which
     names what is wrong) and digested.
     """
-    where = location(path)
-    name = where.name if isinstance(where, Path) else name_of(where)
-    stored = b"" if name.endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)) else _stored(where)
-    if stored.startswith(GZIP_MAGIC):
+    stored = _compressed_bytes(location(path))
+    if stored:
         try:
             with igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
                 head = _read_head(f)
@@ -366,7 +358,7 @@ def load_journal(path: str | Path) -> Report:
     results = list(contents.results.values())
     if not results and (contents.warnings or isinstance(where, str)):
         raise ReportError(f"{path}: no results in this journal")
-    name = where.name if isinstance(where, Path) else name_of(where)
+    name = _name(where)
     warnings = [f"rebuilt from the journal {name}: the run may not have finished", *contents.warnings]
     finished = max((r.finished_at for r in results), default=0.0)
     with collector_paused():
@@ -400,6 +392,20 @@ def _environment_from(results: list[Result], warnings: list[str]) -> Environment
 def _bytes(path: Location) -> bytes:
     """The file's bytes, decompressed where they are gzip's."""
     return _decompressed(path, _stored(path))
+
+
+def _name(where: Location) -> str:
+    """The name a location ends with: a file's, or an object's in a store."""
+    return where.name if isinstance(where, Path) else name_of(where)
+
+
+def _compressed_bytes(where: Location) -> bytes:
+    """A compressed report's bytes as they are kept (what ``load_glance`` and ``load_outline`` read part of);
+    b"" for a journal, which is not read here, and for a report kept otherwise, which ``read`` reads whole."""
+    if _name(where).endswith((JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX)):
+        return b""
+    stored = _stored(where)
+    return stored if stored.startswith(GZIP_MAGIC) else b""
 
 
 def _stored(path: Location) -> bytes:

@@ -426,10 +426,16 @@ class Result(Lean):
 
     def config_label_as(self, cache: CacheState) -> str:
         """``config_label`` as it reads for this configuration compiled with the cache state ``cache``."""
-        if self.distributed is None:
-            return self.compile.label(cache)
-        options = self.distributed.config.label().split("+")[1:]  # after "ddp x2"
-        return "+".join([self.compile.label(cache), *options])
+        return config_label(self.compile, self.distributed, cache)
+
+
+def config_label(compile: CompileConfig, distributed: DistributedResult | None, cache: CacheState) -> str:
+    """The label of a result's configuration (``Result.config_label_as``), from the two fields it is made of: for
+    a reader that holds those fields of a result and not the result (``export.harness_csv.CsvResult``)."""
+    if distributed is None:
+        return compile.label(cache)
+    options = distributed.config.label().split("+")[1:]  # after "ddp x2"
+    return "+".join([compile.label(cache), *options])
 
 
 def result_identity(exp: Experiment) -> dict[str, Any]:

@@ -6,7 +6,9 @@ same whichever way a report is kept."""
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import re
 import struct
@@ -421,6 +423,79 @@ def test_export_streams_the_same_text_as_the_whole_list():
     # each line is the very text json.dumps makes of its record (a result's shared part encoded once for all)
     assert [line.removesuffix(",") for line in lines] == [json.dumps(r, allow_nan=False) for r in records(report)]
     assert export_text(make_report([]), "pytorch-v3") == "[]\n"
+
+
+def test_export_csv_of_a_big_report_reads_what_the_csv_holds_of_each_result_and_writes_what_a_whole_read_writes(
+    kept, tmp_path, monkeypatch
+):
+    """``export -f csv`` of a compressed report validates each result as ``CsvResult`` (the fields the CSV reads)
+    and neither its summary nor whole results, and writes the text the report read whole makes, byte for byte:
+    with CUDA graphs skipped, peak memory, replays and distributed runs mixed in. A report kept any other way,
+    or one with a line that does not validate, is read whole (which names what is wrong)."""
+    import orchestrator.report.io as io_module
+    from orchestrator.report.export import CsvResult, csv_text
+    from orchestrator.report.io import load_results_as
+    from tasks.models import Measurement
+    from tests.report_data import replay_report
+    from tests.test_ranks import ranked_result
+
+    whole = read(kept["gz"])
+    graphs = Measurement(timer="cuda_events", cudagraphs=True, cudagraph_skips=["mutated inputs", "cpu device"])
+    first = whole.results[0]
+    assert first.eager is not None
+    peak = first.eager.model_copy(update={"peak_memory_bytes": 3 * 10**9})
+    gpu = {"measurement": graphs, "memory_ratio": 1.25, "device": "cuda", "eager": peak}
+    special = [first.model_copy(update=gpu), *replay_report().results, ranked_result(1, 1.5), ranked_result(2, 1.8)]
+    mixed = make_report([*special, *whole.results], name="mixed")
+    path = tmp_path / "mixed.json.gz"
+    write_report(mixed, path)
+
+    for name in ("model_validate_json", "model_validate"):
+        monkeypatch.setattr(Result, name, classmethod(lambda cls, *a, **k: pytest.fail("a result read whole")))
+    monkeypatch.setattr(io_module.Report, "model_validate_json", lambda *a: pytest.fail("the summary read"))
+    projected = load_results_as(path, CsvResult)
+    out = tmp_path / "perf.csv"
+    done = CliRunner().invoke(app, ["export", str(path), "-f", "csv", "-o", str(out)])
+    monkeypatch.undo()
+    assert projected is not None and len(projected) == len(mixed.results) == N + len(special)
+    assert [r.config_label for r in projected] == [r.config_label for r in mixed.results]
+    assert done.exit_code == 0, done.output
+    assert out.read_text() == csv_text(read(path))
+    row = next(csv.DictReader(io.StringIO(out.read_text())))
+    cells = ("dev", "compression_ratio", "eager_peak_mem", "cudagraph_skips")
+    assert [row[c] for c in cells] == ["cuda", "1.250000", "3.000000", "2"]
+
+    # kept otherwise: read whole, the same text
+    assert load_results_as(kept["plain"], CsvResult) is None
+    plain = CliRunner().invoke(app, ["export", str(kept["plain"]), "-f", "csv"])
+    assert plain.exit_code == 0 and plain.output == csv_text(whole)
+    # a line that does not validate: read whole, which names it
+    text = gzip.decompress(path.read_bytes()).replace(b'"status":"ok"', b'"status":"fine"', 1)
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(text))
+    assert load_results_as(bad, CsvResult) is None
+    failed = CliRunner().invoke(app, ["export", str(bad), "-f", "csv"])
+    assert failed.exit_code == 2 and "results.1.status: Input should be" in failed.output
+
+
+def test_what_the_csv_reads_of_a_result_is_declared_as_the_result_declares_it():
+    """Each field of ``CsvResult`` and its parts has the type and default of the field of the same name in
+    ``Result`` and its parts: the CSV of a result read as ``CsvResult`` is the CSV of the result."""
+    from orchestrator.report.export.harness_csv import CsvMeasurement, CsvResult, CsvSide
+    from tasks.models import Measurement, SideTiming
+
+    parts = {"eager": CsvSide | None, "compiled": CsvSide | None, "measurement": CsvMeasurement | None}
+    for part, whole in ((CsvResult, Result), (CsvSide, SideTiming), (CsvMeasurement, Measurement)):
+        for name, field in part.model_fields.items():
+            theirs = whole.model_fields[name]
+            if part is CsvResult and name in parts:
+                assert field.annotation == parts[name] and theirs.default is None is field.default
+                continue
+            assert (field.annotation, field.default, field.default_factory) == (
+                theirs.annotation,
+                theirs.default,
+                theirs.default_factory,
+            ), name
 
 
 def test_a_results_models_share_their_classs_set_of_fields_and_behave_as_before():

@@ -13,11 +13,15 @@ import typer
 from orchestrator.cli.common import err_console, fail, out_console
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
+    from tasks.result import Result
 
 _T = TypeVar("_T")
+_M = TypeVar("_M", bound="BaseModel")
 
 
 def _kept(read: Callable[[str], _T], path: str) -> _T:
@@ -53,6 +57,15 @@ def _read_outline(path: str) -> Report:
 
     outline = _kept(load_outline, path)
     return outline if outline is not None else _read_report(path)
+
+
+def _read_results_as(path: str, model: type[_M]) -> Sequence[Result | _M]:
+    """A big compressed report's results validated as ``model``, the part of a result a command reads
+    (``io.load_results_as``), else the report at ``path`` read whole and its results; kept (``_kept``)."""
+    from orchestrator.report.io import load_results_as
+
+    found = _kept(lambda p: load_results_as(p, model), path)
+    return found if found is not None else _read_report(path).results
 
 
 def _read_glance(path: str) -> Glance:
@@ -290,11 +303,14 @@ def export(
     """Write a report in another tool's format: one record per result and metric for PyTorch's benchmark
     database, or one CSV row per result in the dynamo harness's columns. Needs no Ray. Exit 2 for an
     unknown format, unreadable input or an --out that cannot be written."""
-    from orchestrator.report.export import ExportError, check_format, export_chunks
+    from orchestrator.report.export import CsvResult, ExportError, check_format, export_chunks, results_csv
 
     try:
         check_format(format)
-        chunks = export_chunks(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
+        if format == "csv":  # what the CSV reads of each result, of a big report; else every result whole
+            chunks: Iterable[str] = [results_csv(_read_results_as(path, CsvResult))]
+        else:
+            chunks = export_chunks(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
     except ExportError as e:
         raise fail(str(e), 2) from None
     if out is None:

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal, TypeVar, cast
 
 from isal import igzip, isal_zlib
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -248,6 +248,44 @@ def load_outline(path: str | Path) -> Outline | None:
                     return Outline(**kept, results=results, result_count=count, unchecked=unchecked)
                 if i < count and listed[i]:
                     results.append(Result.model_validate_json(line.rstrip(b",\n")))
+    except _UNREADABLE:
+        return None
+    return None  # cut short before the results' end
+
+
+class _Version(BaseModel):
+    """A compressed report's schema version, from its first line (every other field skipped unread): another
+    version than these is read whole (``read``), which names it."""
+
+    schema_version: Literal[2, 3]
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def load_results_as(path: str | Path, model: type[_Model]) -> list[_Model] | None:
+    """Each result of a big compressed report validated as ``model``: a model that declares the fields of
+    ``Result`` a command reads (``export.harness_csv.CsvResult``); every other field of a result's line is
+    skipped as it is parsed, and of the rest of the report only its schema version is read (its summary,
+    100 MB of JSON at 100,000 groups, and its digests are passed over). None where the report is not compressed
+    with digests (an indented report, one written before them, a journal), is of another schema version, or
+    does not read so: the caller then reads it whole (``read``), which names what is wrong. Raises
+    ``ReportError`` for a file that cannot be read at all."""
+    stored = _compressed_bytes(location(path))
+    if not stored:
+        return None
+    try:
+        with collector_paused(), igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+            head = _read_head(f)
+            if head is None or head[1] is None:
+                return None
+            _Version.model_validate_json(head[0][: head[0].index(b"\n") - 1] + b"}")  # the first line, its "," closed
+            del head
+            results: list[_Model] = []
+            for line in f:
+                if line.startswith(b"]"):
+                    return results if (line + f.read()).strip() == b"]}" else None
+                results.append(model.model_validate_json(line.rstrip(b",\n")))
     except _UNREADABLE:
         return None
     return None  # cut short before the results' end

@@ -10,12 +10,23 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
-from orchestrator.report.export.harness_csv import COLUMNS, csv_text
+from orchestrator.report.export.harness_csv import COLUMNS, CsvResult, csv_text, results_csv
 from orchestrator.report.export.mapping import ExportError
 from orchestrator.report.export.pytorch_v3 import iter_record_lines, records
 from orchestrator.report.models import Report
 
-__all__ = ["COLUMNS", "FORMATS", "ExportError", "check_format", "csv_text", "export_chunks", "export_text", "records"]
+__all__ = [
+    "COLUMNS",
+    "FORMATS",
+    "CsvResult",
+    "ExportError",
+    "check_format",
+    "csv_text",
+    "export_chunks",
+    "export_text",
+    "records",
+    "results_csv",
+]
 
 FORMATS: Final = ("pytorch-v3", "csv")
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Final
+from collections.abc import Iterable
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, Field
 
 from orchestrator.report.export.mapping import batch_size, model_name, peak_gb
 from orchestrator.report.models import Report
-from tasks.result import Result
+from tasks.experiment import CompileConfig, Phase, Precision
+from tasks.result import DistributedResult, Result, Status, config_label
 
 HARNESS_COLUMNS: Final = (
     "dev", "name", "batch_size", "speedup", "abs_latency",
@@ -30,17 +34,69 @@ FAILED: Final = 0.0  # speedup and abs_latency of a result that was not timed: w
 Cell = str | int | float | None
 
 
+class CsvSide(BaseModel):
+    """What the CSV reads of a side's timing (``SideTiming``)."""
+
+    median_ms: float
+    peak_memory_bytes: int | None = None
+
+
+class CsvMeasurement(BaseModel):
+    """What the CSV reads of how a result was measured (``Measurement``)."""
+
+    cudagraphs: bool = False
+    cudagraph_skips: list[str] = Field(default_factory=list)
+
+
+class CsvResult(BaseModel):
+    """What the CSV reads of a result (``row``), each field declared as ``Result`` declares it (a test holds them
+    to it), the timing and measurement as the parts above. ``io.load_results_as`` validates a big report's
+    results as this: every other field (the raw samples, the check, the worker) is skipped as it is parsed,
+    less than half the time of validating the whole ``Result`` (``benchmarks/read_scale.py``)."""
+
+    experiment_id: str
+    target: str
+    params: dict[str, Any]
+    device: Literal["cuda", "cpu"] | None
+    compile: CompileConfig
+    phase: Phase = "inference"
+    precision: Precision = "fp32"
+    replicate: int = 0
+    status: Status
+    eager: CsvSide | None = None
+    compiled: CsvSide | None = None
+    compile_latency_s: float | None = None
+    speedup: float | None = None
+    memory_ratio: float | None = None
+    graphs_compiled: int | None = None
+    graph_count: int | None = None
+    graph_breaks: int | None = None
+    break_reasons: list[str] = Field(default_factory=list)
+    measurement: CsvMeasurement | None = None
+    distributed: DistributedResult | None = None
+
+    @property
+    def config_label(self) -> str:
+        """As ``Result.config_label``."""
+        return config_label(self.compile, self.distributed, self.compile.cache)
+
+
 def csv_text(report: Report) -> str:
     """The CSV: a header, then one row per result in the report's order."""
+    return results_csv(report.results)
+
+
+def results_csv(results: Iterable[Result | CsvResult]) -> str:
+    """The CSV of these results (whole, or as ``CsvResult``), a row each in their order, after the header."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for result in report.results:
+    for result in results:
         writer.writerow(_cell(value) for value in row(result))
     return buffer.getvalue()
 
 
-def row(result: Result) -> tuple[Cell, ...]:
+def row(result: Result | CsvResult) -> tuple[Cell, ...]:
     """One result's cells, in ``COLUMNS`` order. A figure not measured is empty (None), never a made-up 0,
     except the speedup and latency of a result that was not timed: 0, so a checker counts it failed."""
     timed = result.speedup is not None and result.compiled is not None

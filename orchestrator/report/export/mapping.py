@@ -8,7 +8,7 @@ its dashboards and checkers read an exported run as they read the harness's own.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final, Protocol
 
 from orchestrator.report.models import group_label
 from tasks.result import Result, Status
@@ -34,6 +34,17 @@ ACCURACY: Final[dict[Status, str]] = {  # compilebench status -> the harness's a
 }
 
 
+class Named(Protocol):
+    """What names a result's model: its target and parameters (a ``Result``, or the part of one a format reads:
+    ``harness_csv.CsvResult``)."""
+
+    @property
+    def target(self) -> str: ...
+
+    @property
+    def params(self) -> dict[str, Any]: ...
+
+
 class ExportError(ValueError):
     """An export that cannot be made; the message is one line meant for the user."""
 
@@ -42,7 +53,7 @@ BATCH_PARAMS: Final = ("batch", "batch_size")  # the target parameters that are 
 BYTES_PER_GB: Final = 10**9  # the harness's peak memory unit: torch.cuda.max_memory_allocated() / 10**9
 
 
-def model_name(result: Result) -> str:
+def model_name(result: Named) -> str:
     """The target and its parameters, as the report names a group: ``seed.foo3 shape=[4096, 4096]``."""
     return group_label(result.target, result.params)
 
@@ -51,7 +62,7 @@ def dtype_name(result: Result) -> str:
     return DTYPES[result.precision]
 
 
-def batch_size(result: Result) -> int:
+def batch_size(result: Named) -> int:
     """The target's ``batch`` (or ``batch_size``) parameter where the spec set it, else 0 (the harness's
     placeholder for a batch size it does not know)."""
     for name in BATCH_PARAMS:

@@ -270,13 +270,13 @@ def test_past_a_few_hundred_results_the_speedup_chart_is_a_box_per_configuration
     from orchestrator.report.summary import valid_timing
 
     report = read(kept["gz"])
-    (fig,) = speedup_figures(report)
+    (fig,) = speedup_figures(report.results)
     timed = [r for r in report.results if valid_timing(r)]
     assert {t.type for t in fig.data} == {"box"} and {t.name for t in fig.data} == {r.config_label for r in timed}
     assert sum(len(t.y) for t in fig.data) == len(timed) > MAX_SPEEDUP_BARS  # every speedup, in a box
     assert f"a box per configuration over {len(timed):,} results" in fig.layout.title.text
     small = make_report(_results(MAX_SPEEDUP_BARS // 4, 2))
-    assert {t.type for t in speedup_figures(small)[0].data} == {"bar"}
+    assert {t.type for t in speedup_figures(small.results)[0].data} == {"bar"}
 
 
 def test_history_reads_the_history_files_not_the_reports(tmp_path, monkeypatch):

@@ -12,14 +12,16 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+from orchestrator.report.digest import Digest
 from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import COLORS, escape
 from orchestrator.report.ranks import distributed, scaling
 from orchestrator.report.replay import traffic_groups
-from orchestrator.report.summary import device_model, valid_timing
-from orchestrator.report.views import cache_text, has_replicates
+from orchestrator.report.summary import valid_timing
+from orchestrator.report.views import as_digests, cache_text, has_replicates
 from tasks.models import Result
 
 if TYPE_CHECKING:
@@ -43,24 +45,25 @@ def column(values: list[Any]) -> Any:
     return np.asarray(values, dtype=float if all(isinstance(v, int | float) for v in values) else object)
 
 
-def speedup_figures(report: Report) -> list[go.Figure]:
+def speedup_figures(results: Sequence[Result] | Sequence[Digest]) -> list[go.Figure]:
     """One grouped bar chart per device model: a bar per configuration, 95% whiskers, a line at 1.0x.
     Where experiments ran more than once, each replicate has its bar (``seed.foo r1``). Past
-    ``MAX_SPEEDUP_BARS`` results on a device model, a box per configuration of its results' speedups."""
+    ``MAX_SPEEDUP_BARS`` results on a device model, a box per configuration of its results' speedups. Drawn
+    from the results' digests (``views.as_digests``)."""
     import plotly.graph_objects as go
 
-    replicated = has_replicates(report.results)
-
-    by_model: dict[str, list[Result]] = defaultdict(list)
-    for r in report.results:
-        if valid_timing(r):
-            by_model[device_model(r) or "unknown device"].append(r)
+    digests = as_digests(results)
+    replicated = has_replicates(digests)
+    valid = [d for d in digests if valid_timing(d)]
+    by_model: dict[str, list[Digest]] = defaultdict(list)
+    for d in valid:
+        by_model[d.device_model or "unknown device"].append(d)
     figures = []
-    speedups_all = [v for r in report.results if valid_timing(r) for v in (r.speedup_ci or (r.speedup or 1.0,) * 2)]
+    speedups_all = [v for d in valid for v in (d.speedup_ci or (d.speedup or 1.0,) * 2)]
     for model, rs in sorted(by_model.items()):
-        by_config: dict[str, list[Result]] = defaultdict(list)  # in the order the results first name them
+        by_config: dict[str, list[Digest]] = defaultdict(list)  # in the order the results first name them
         for r in rs:
-            by_config[r.config_label].append(r)
+            by_config[r.config].append(r)
         fig = go.Figure()
         for i, (config, mine) in enumerate(by_config.items()):
             speedups = [r.speedup or 0.0 for r in mine]
@@ -69,7 +72,7 @@ def speedup_figures(report: Report) -> list[go.Figure]:
                     go.Box(
                         name=config,
                         y=column(speedups),
-                        text=column([result_group(r) for r in mine]),
+                        text=column([r.group for r in mine]),
                         boxpoints="outliers",
                         marker_color=COLORS[i % len(COLORS)],
                         hovertemplate="%{text}<br>" + escape(config) + ": %{y:.2f}x<extra></extra>",
@@ -79,7 +82,7 @@ def speedup_figures(report: Report) -> list[go.Figure]:
             fig.add_trace(
                 go.Bar(
                     name=config,
-                    x=column([result_group(r) + (f" r{r.replicate}" if replicated else "") for r in mine]),
+                    x=column([r.group + (f" r{r.replicate}" if replicated else "") for r in mine]),
                     y=column(speedups),
                     marker_color=COLORS[i % len(COLORS)],
                     error_y={
@@ -278,23 +281,24 @@ def replay_figures(report: Report) -> list[tuple[str, go.Figure]]:
     return out
 
 
-def compile_figure(report: Report) -> go.Figure:
+def compile_figure(results: Sequence[Result] | Sequence[Digest]) -> go.Figure:
     """Compile latency (first compiled call) per configuration, cold and warm caches as separate boxes;
-    each point says how the caches served it (``warm: hit``, ``cold: miss``)."""
+    each point says how the caches served it (``warm: hit``, ``cold: miss``). Drawn from the results' digests."""
     import plotly.graph_objects as go
 
+    digests = as_digests(results)
     fig = go.Figure()
-    latencies = [r.compile_latency_s for r in report.results if r.compile_latency_s]
+    latencies = [d.compile_latency_s for d in digests if d.compile_latency_s]
     for i, cache in enumerate(("warm", "cold")):
-        rs = [r for r in report.results if r.compile_latency_s and r.compile.cache == cache]
+        rs = [d for d in digests if d.compile_latency_s and d.cache == cache]
         if not rs:
             continue
         fig.add_trace(
             go.Box(
                 name=f"{cache} cache",
-                x=column([r.config_label.removesuffix("+cold") for r in rs]),
+                x=column([r.config.removesuffix("+cold") for r in rs]),
                 y=column([r.compile_latency_s for r in rs]),
-                text=column([f"{result_group(r)} ({cache_text(r)})" for r in rs]),
+                text=column([f"{r.group} ({cache_text(r)})" for r in rs]),
                 boxpoints="all",
                 jitter=0.3,
                 pointpos=0,
@@ -315,22 +319,22 @@ def compile_figure(report: Report) -> go.Figure:
     return fig
 
 
-def times_figure(report: Report) -> go.Figure:
+def times_figure(results: Sequence[Result] | Sequence[Digest]) -> go.Figure:
     """Each result's eager median against its compiled median, one colour per device model; below the
-    diagonal, compiled is faster."""
+    diagonal, compiled is faster. Drawn from the results' digests."""
     import plotly.graph_objects as go
 
-    by_model: dict[str, list[Result]] = defaultdict(list)
-    for r in report.results:
-        if r.eager and r.compiled and r.status in ("ok", "incorrect"):
-            by_model[device_model(r) or "unknown device"].append(r)
+    by_model: dict[str, list[Digest]] = defaultdict(list)
+    for d in as_digests(results):
+        if d.eager_ms is not None and d.compiled_ms is not None and d.status in ("ok", "incorrect"):
+            by_model[d.device_model or "unknown device"].append(d)
     if not by_model:
         return empty_figure("no result has both sides timed")
     fig = go.Figure()
-    values = []
+    values: list[float] = []
     for i, (model, rs) in enumerate(sorted(by_model.items())):
-        xs = [r.eager.median_ms for r in rs if r.eager]
-        ys = [r.compiled.median_ms for r in rs if r.compiled]
+        xs = [r.eager_ms for r in rs if r.eager_ms is not None]
+        ys = [r.compiled_ms for r in rs if r.compiled_ms is not None]
         values += xs + ys
         fig.add_trace(
             go.Scatter(
@@ -339,7 +343,7 @@ def times_figure(report: Report) -> go.Figure:
                 y=column(ys),
                 mode="markers",
                 marker={"size": 10, "color": COLORS[i % len(COLORS)], "line": {"width": 1, "color": "#fff"}},
-                text=column([f"{result_group(r)} [{r.config_label}] {r.speedup or 0:.2f}x" for r in rs]),
+                text=column([f"{r.group} [{r.config}] {r.speedup or 0:.2f}x" for r in rs]),
                 hovertemplate="%{text}<br>eager %{x:.4g} ms, compiled %{y:.4g} ms<extra></extra>",
             )
         )

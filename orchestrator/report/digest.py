@@ -70,6 +70,18 @@ class Digest:
     correct: bool | None = None
     replayed: bool | None = None
     distributed: bool | None = None
+    # what the page reads of each result besides (``html``: the table of every result and the charts drawn from
+    # every result): the speedup's interval, whether it recompiled while timed, which sides were noisy, the work
+    # of a call (``WorkInfo``; None for none counted), the worker's calibration entry and whether it calibrated
+    # slow; all None in digests written before these were kept
+    speedup_ci: tuple[float, float] | None = None
+    recompiled: bool | None = None
+    eager_noisy: bool | None = None
+    compiled_noisy: bool | None = None
+    flops: int | None = None
+    work_bytes: int | None = None
+    calibration: str | None = None
+    calibration_slow: bool | None = None
 
     @property
     def timed(self) -> bool:
@@ -88,6 +100,8 @@ class Digest:
 
 
 FIELDS: Final = tuple(f.name for f in fields(Digest))
+# the columns the page reads of every result (``Digest``'s last eight): a report whose digests lack one is read whole
+PAGE_FIELDS: Final = FIELDS[FIELDS.index("speedup_ci") :]
 
 
 def digest(r: Result) -> Digest:
@@ -119,6 +133,14 @@ def digest(r: Result) -> Digest:
         correct=r.correct,
         replayed=r.replay is not None,
         distributed=r.distributed is not None,
+        speedup_ci=r.speedup_ci,
+        recompiled=r.recompiled,
+        eager_noisy=r.eager.noisy if r.eager else None,
+        compiled_noisy=r.compiled.noisy if r.compiled else None,
+        flops=r.work.flops if r.work else None,
+        work_bytes=r.work.bytes if r.work else None,
+        calibration=calibration.id if (calibration := worker.calibration if worker else None) else None,
+        calibration_slow=calibration.slow if calibration else None,
     )
 
 
@@ -153,6 +175,14 @@ class DigestColumns(BaseModel):
     correct: list[bool | None] | None = None
     replayed: list[bool] | None = None
     distributed: list[bool] | None = None
+    speedup_ci: list[tuple[float, float] | None] | None = None
+    recompiled: list[bool] | None = None
+    eager_noisy: list[bool | None] | None = None
+    compiled_noisy: list[bool | None] | None = None
+    flops: list[int | None] | None = None
+    work_bytes: list[int | None] | None = None
+    calibration: list[str | None] | None = None
+    calibration_slow: list[bool | None] | None = None
 
     @model_validator(mode="after")
     def _one_length(self) -> DigestColumns:

@@ -24,9 +24,11 @@ from orchestrator.report.charts import (
     speedup_figures,
     times_figure,
 )
+from orchestrator.report.digest import Digest
 from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
-from orchestrator.report.views import SHIP_TITLE, failures_rows, headline, results_rows, views
+from orchestrator.report.views import SHIP_TITLE, as_digests, failures_rows, headline, results_rows, views
+from tasks.result import Result
 from tasks.text import first_line
 
 MAX_SAMPLE_RESULTS = 1000  # results whose raw samples the page embeds for the distribution chart
@@ -52,9 +54,19 @@ SAMPLES_JS = """
 """
 
 
-def render_html(report: Report, shown: Sequence[Rows] | None = None) -> str:
+def render_html(
+    report: Report,
+    shown: Sequence[Rows] | None = None,
+    digests: Sequence[Digest] | None = None,
+    sampled: Sequence[Result] | None = None,
+) -> str:
     """The page as one string: header and warnings, summary tables, charts, failures, every result.
-    ``shown``: the report's ``views``, where they were worked out already (the terminal's)."""
+    ``shown``: the report's ``views``, where they were worked out already (the terminal's). A big compressed
+    report is drawn from its ``io.load_page``: an ``Outline`` (the results the page lists one by one), ``digests``
+    (what the table of every result and the charts read of each, one a result in its order) and ``sampled`` (the
+    first ``MAX_SAMPLE_RESULTS`` results with a side timed: the raw-sample chart's); otherwise both are the
+    report's own results."""
+    every = as_digests(report.results) if digests is None else digests
     body = [_header(report)]
     shown = list(views(report)) if shown is None else shown
     ship = next((view for view in shown if view.title == SHIP_TITLE), None)
@@ -74,7 +86,7 @@ def render_html(report: Report, shown: Sequence[Rows] | None = None) -> str:
         '<p class="meta">Ratio of medians (eager / compiled), with its 95% bootstrap interval; the line is 1.0x '
         "(no change). Results that failed or recompiled while timed are left out.</p>"
     )
-    body += [figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(report))]
+    body += [figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(every))]
     replays = replay_figures(report)
     if replays:
         body.append("<h2>Shape-traffic replay</h2>")
@@ -93,11 +105,11 @@ def render_html(report: Report, shown: Sequence[Rows] | None = None) -> str:
         )
         body += [figure_html(f, div) for div, f in (("chart-scaling", scaled), ("chart-ranks", ranked)) if f]
     body.append("<h2>Compile latency per configuration</h2>")
-    body.append(figure_html(compile_figure(report), "chart-compile"))
+    body.append(figure_html(compile_figure(every), "chart-compile"))
     body.append("<h2>Eager vs compiled time per device model</h2>")
-    body.append(figure_html(times_figure(report), "chart-times"))
+    body.append(figure_html(times_figure(every), "chart-times"))
     body.append("<h2>Raw samples of one result</h2>")
-    body.append(_samples_section(report))
+    body.append(_samples_section(report.results if sampled is None else sampled))
     body.append("<h2>Failures</h2>")
     body.append(_failures(report))
     traces = _traces(report)
@@ -105,14 +117,14 @@ def render_html(report: Report, shown: Sequence[Rows] | None = None) -> str:
         body.append("<h2>Compile traces</h2>")
         body.append(traces)
     body.append("<h2>Every result</h2>")
-    body.append(table_html(results_rows(report.results, report.name, report.environment.calibration)))
+    body.append(table_html(results_rows(every, report.name, report.environment.calibration)))
     return document(f"{report.name}: compilebench report", body)
 
 
-def samples_data(report: Report) -> list[dict[str, Any]]:
-    """The raw samples of each timed result (at most ``MAX_SAMPLE_RESULTS``), for the selector."""
+def samples_data(results: Sequence[Result]) -> list[dict[str, Any]]:
+    """The raw samples of each timed result (the first ``MAX_SAMPLE_RESULTS``), for the selector."""
     out = []
-    for r in report.results:
+    for r in results:
         sides = [
             {"name": name, "samples": s.samples_ms} for name, s in (("eager", r.eager), ("compiled", r.compiled)) if s
         ]
@@ -143,8 +155,8 @@ def _header(report: Report) -> str:
     return "\n".join(parts)
 
 
-def _samples_section(report: Report) -> str:
-    data = samples_data(report)
+def _samples_section(results: Sequence[Result]) -> str:
+    data = samples_data(results)
     if not data:
         return "<p>No result has raw samples.</p>"
     options = "".join(f'<option value="{i}">{escape(d["label"])}</option>' for i, d in enumerate(data))

@@ -12,7 +12,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, get_args
+from typing import NamedTuple, Protocol, get_args
 
 from orchestrator.report.decision import cold_twins, compile_latencies, decide
 from orchestrator.report.models import (
@@ -56,7 +56,21 @@ def device_model(result: Result) -> str | None:
     return "CPU" if result.device == "cpu" or worker else None
 
 
-def valid_timing(result: Result) -> bool:
+class Timed(Protocol):
+    """What ``valid_timing`` reads: a ``Result``, or its ``digest.Digest`` (None: a digest written before it kept
+    whether the result recompiled)."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def speedup(self) -> float | None: ...
+
+    @property
+    def recompiled(self) -> bool | None: ...
+
+
+def valid_timing(result: Timed) -> bool:
     """ok, with a speedup, and no compilation inside the timed window: fit to rank and average."""
     return result.status == "ok" and bool(result.speedup) and not result.recompiled
 

@@ -9,11 +9,12 @@ and the replay and ranks views below it; nothing that draws.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Final
 
 from orchestrator.machines.calibration import SLOW_THRESHOLD
 from orchestrator.report.cells import TIE_TEXT, Rows, figure, interval, ms, rate, seconds, times
+from orchestrator.report.digest import Digest, digest
 from orchestrator.report.models import (
     ConfigDecision,
     Decision,
@@ -27,8 +28,7 @@ from orchestrator.report.models import (
 )
 from orchestrator.report.ranks import rank_rows, scaling_rows
 from orchestrator.report.replay import replay_rows
-from orchestrator.report.summary import device_model
-from tasks.models import Calibration, Result
+from tasks.models import Calibration, Result, WorkInfo
 from tasks.text import first_line
 from tasks.throughput import achieved
 
@@ -72,7 +72,7 @@ def unchecked(r: Result) -> bool:
     return r.status == "ok" and r.correct is None
 
 
-def has_replicates(results: Sequence[Result]) -> bool:
+def has_replicates(results: Iterable[Result | Digest]) -> bool:
     """Some experiment ran more than once (a replicate number above 0)."""
     return any(r.replicate for r in results)
 
@@ -82,60 +82,73 @@ def slow_devices(calibration: Sequence[Calibration]) -> set[str]:
     return {c.id for c in calibration if c.slow}
 
 
-def on_slow_device(r: Result, slow: set[str]) -> bool:
+def on_slow_device(r: Result | Digest, slow: set[str]) -> bool:
     """The result's worker calibrated slow: its own entry says so, or the report's entry of that id does."""
+    if isinstance(r, Digest):
+        return r.calibration is not None and bool(r.calibration_slow or r.calibration in slow)
     entry = r.worker.calibration if r.worker else None
     return bool(entry and (entry.slow or entry.id in slow))
 
 
-def results_rows(results: Sequence[Result], title: str = "results", calibration: Sequence[Calibration] = ()) -> Rows:
+def as_digests(results: Sequence[Result] | Sequence[Digest]) -> Sequence[Digest]:
+    """What the page's table and charts read of each result (``digest.Digest``): results digested, digests as they
+    are (a big compressed report's, read from its head without its results: ``io.load_page``)."""
+    return [r if isinstance(r, Digest) else digest(r) for r in results]
+
+
+def results_rows(
+    results: Sequence[Result] | Sequence[Digest], title: str = "results", calibration: Sequence[Calibration] = ()
+) -> Rows:
     """One row a result: times, speedup and interval, compile latency, achieved throughput, status.
 
     TFLOP/s and GB/s are the compiled side's (eager's: divide by the speedup), shown when some
     result counted that kind of work. The replicate (``r0``, ``r1``) sits beside the configuration
     when some experiment ran more than once; ``slow device`` marks a result whose worker's device
-    calibrated slow (its own entry, or ``calibration``'s entry of the same id).
+    calibrated slow (its own entry, or ``calibration``'s entry of the same id). Each row is drawn from the
+    result's digest, the results' or a big report's own (``as_digests``).
     """
-    flops = any(r.work and r.work.flops for r in results)
-    bytes_ = any(r.work and r.work.bytes for r in results)
-    models = {device_model(r) for r in results}
-    replicated = has_replicates(results)
+    digests = as_digests(results)
+    flops = any(d.flops for d in digests)
+    bytes_ = any(d.work_bytes for d in digests)
+    models = {d.device_model for d in digests}
+    replicated = has_replicates(digests)
     slow = slow_devices(calibration)
     headers = ["target", *(["device"] if len(models) > 1 else []), "config", *(["replicate"] if replicated else [])]
     headers += ["eager ms", "compiled ms", "speedup", "95% CI", "compile s", "cache"]
     headers += [*(["TFLOP/s"] if flops else []), *(["GB/s"] if bytes_ else [])]
     headers += ["breaks", "status", "notes"]
     rows = []
-    for r in results:
-        row = [result_group(r)]
+    for d in digests:
+        row = [d.group]
         if len(models) > 1:
-            row.append(device_model(r) or "-")
-        row.append(r.config_label)
+            row.append(d.device_model or "-")
+        row.append(d.config)
         if replicated:
-            row.append(f"r{r.replicate}")
+            row.append(f"r{d.replicate}")
         row += [
-            ms(r.eager.median_ms if r.eager else None),
-            ms(r.compiled.median_ms if r.compiled else None),
-            times(r.speedup),
-            interval(r.speedup_ci),
-            seconds(r.compile_latency_s),
-            cache_text(r),
+            ms(d.eager_ms),
+            ms(d.compiled_ms),
+            times(d.speedup),
+            interval(d.speedup_ci),
+            seconds(d.compile_latency_s),
+            cache_text(d),
         ]
-        rates = achieved(r.work, r.compiled.median_ms if r.compiled else None)
+        work = WorkInfo(flops=d.flops, bytes=d.work_bytes) if flops or bytes_ else None
+        rates = achieved(work, d.compiled_ms)
         row += [*([rate(rates.tflops)] if flops else []), *([rate(rates.gbps)] if bytes_ else [])]
-        marks = [*notes(r), *(["slow device"] if on_slow_device(r, slow) else [])]
-        row += ["-" if r.graph_breaks is None else str(r.graph_breaks), r.status, ", ".join(marks)]
+        marks = [*notes(d), *(["slow device"] if on_slow_device(d, slow) else [])]
+        row += ["-" if d.graph_breaks is None else str(d.graph_breaks), d.status, ", ".join(marks)]
         rows.append(row)
     right = {"eager ms", "compiled ms", "speedup", "95% CI", "compile s", "TFLOP/s", "GB/s", "breaks"}
     return Rows(title, headers, rows, right)
 
 
-def cache_text(r: Result) -> str:
+def cache_text(d: Digest) -> str:
     """How the compile caches served the measured compile: ``warm: hit``, ``cold: miss``; the state
     alone for a result from before they were recorded."""
-    if r.compile_latency_s is None:
+    if d.compile_latency_s is None:
         return "-"
-    return r.compile_cache.label if r.compile_cache else r.compile.cache
+    return d.cache_label or d.cache
 
 
 def groups_rows(summary: Summary, limit: int | None = None) -> Rows:
@@ -428,11 +441,12 @@ def views(report: Report, limit: int | None = None) -> Iterator[Rows]:
             yield extra
 
 
-def notes(r: Result) -> list[str]:
-    out = ["recompiled"] if r.recompiled else []
-    noisy = [name for name, side in (("eager", r.eager), ("compiled", r.compiled)) if side and side.noisy]
+def notes(d: Digest) -> list[str]:
+    """What a result's row notes: recompiled while timed, a noisy side, ok but never judged correct."""
+    out = ["recompiled"] if d.recompiled else []
+    noisy = [name for name, flag in (("eager", d.eager_noisy), ("compiled", d.compiled_noisy)) if flag]
     if noisy:
         out.append(f"noisy {'both' if len(noisy) == 2 else noisy[0]}")  # IQR over 10% of the median
-    if r.status == "ok" and r.correct is None:
+    if d.status == "ok" and d.correct is None:
         out.append("unchecked")
     return out

@@ -254,6 +254,60 @@ def test_the_terminal_reads_of_a_big_report_the_results_it_lists_and_prints_what
     assert drawn(mixed_outline) == drawn(read(path))
 
 
+def test_the_page_of_a_big_report_is_drawn_from_its_digests_and_is_the_page_of_the_whole_read(
+    kept, tmp_path, monkeypatch
+):
+    """``report --html`` of a compressed report validates its digests and only the results the page shows one by
+    one (not ok, replays, distributed runs, traces) or whose samples it embeds (the first ``MAX_SAMPLE_RESULTS``
+    timed), and writes the page the whole read draws, byte for byte. Digests written before the page's columns
+    were kept: read whole."""
+    import orchestrator.report.io as io_module
+    from orchestrator.report.digest import PAGE_FIELDS
+    from orchestrator.report.html import MAX_SAMPLE_RESULTS
+    from orchestrator.report.io import load_page
+    from tasks.models import TraceInfo
+    from tests.report_data import replay_report
+    from tests.test_ranks import ranked_result
+
+    whole = read(kept["gz"])
+    traced = whole.results[7].model_copy(update={"trace": TraceInfo(dir="traces/t7", bytes=2048)})
+    special = [*replay_report().results, ranked_result(1, 1.5), ranked_result(2, 1.8), traced]
+    mixed = make_report([*whole.results[:1500], *special, *whole.results[1500:]], name="mixed")
+    path = tmp_path / "mixed.json.gz"
+    write_report(mixed, path)
+
+    validated = []
+    real = Result.model_validate_json
+    monkeypatch.setattr(io_module.Result, "model_validate_json", lambda text: validated.append(1) or real(text))
+    page = load_page(path, MAX_SAMPLE_RESULTS)
+    monkeypatch.undo()
+    assert page is not None and len(page.digests) == len(mixed.results) == page.outline.result_count
+    listed = [r for r in mixed.results if r.status != "ok" or r.replay or r.distributed or r.trace]
+    timed = [r for r in mixed.results if r.eager or r.compiled][:MAX_SAMPLE_RESULTS]
+    assert page.outline.results == listed and page.sampled == timed and all(r in listed for r in special)
+    assert len(validated) == len({id(r) for r in [*listed, *timed]}) < len(mixed.results) / 2
+    assert page.digests == [digest(r) for r in mixed.results]
+
+    out = tmp_path / "page.html"
+    done = CliRunner().invoke(app, ["report", str(path), "--html", str(out)])
+    assert done.exit_code == 0, done.output
+    assert out.read_text() == render_html(read(path))
+    assert done.output.removesuffix(f"HTML: {out}\n") == CliRunner().invoke(app, ["report", str(path)]).output
+
+    # digests written before the page's columns were kept: None, and the CLI reads the report whole
+    text = gzip.decompress(path.read_bytes())
+    first, summary, digests, rest = text.split(b"\n", 3)
+    columns = json.loads(digests.removeprefix(b'"digests":').removesuffix(b',"results":['))
+    older = {k: v for k, v in columns.items() if k not in PAGE_FIELDS}
+    old = tmp_path / "old.json.gz"
+    old.write_bytes(
+        gzip.compress(b"\n".join([first, summary, b'"digests":' + json.dumps(older).encode() + b',"results":[', rest]))
+    )
+    assert load_page(old, MAX_SAMPLE_RESULTS) is None
+    assert CliRunner().invoke(app, ["report", str(old), "--html", str(out)]).exit_code == 0
+    assert out.read_text() == render_html(read(path))
+
+
 def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(kept):
     page = render_html(read(kept["gz"]))
     assert page.count("<tr>") <= 10 * (PAGE_ROWS + 1)

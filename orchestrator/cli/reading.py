@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
+    from orchestrator.report.io import Page
     from tasks.result import Result
 
 _T = TypeVar("_T")
@@ -76,10 +77,22 @@ def _read_glance(path: str) -> Glance:
     return _kept(load_glance, path)
 
 
-def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None) -> None:
+def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None, page: Page | None = None) -> None:
+    """The report's page at ``path``; ``page``: a big compressed report's ``io.load_page`` (``report`` being
+    its outline), whose digests and sampled results the page is drawn from."""
     from orchestrator.report.html import render_html
 
-    _write_page(render_html(report, shown), path)
+    text = render_html(report, shown) if page is None else render_html(report, shown, page.digests, page.sampled)
+    _write_page(text, path)
+
+
+def _read_page(path: str) -> Page | None:
+    """A big compressed report as its page draws it (``io.load_page``), kept (``_kept``); None where the report
+    is to be read whole."""
+    from orchestrator.report.html import MAX_SAMPLE_RESULTS
+    from orchestrator.report.io import load_page
+
+    return _kept(lambda p: load_page(p, MAX_SAMPLE_RESULTS), path)
 
 
 def _write_page(text: str | Iterable[str], path: str) -> None:
@@ -116,8 +129,13 @@ def report(
     from orchestrator.report import csv_text, markdown, print_report
     from orchestrator.report.views import views
 
-    # the terminal alone reads of a big report what it shows; the page and the other formats, every result
-    loaded = _read_outline(path) if format == "table" and html is None else _read_report(path)
+    # the terminal and the page read of a big report what they show (the page: every result's digest); the other
+    # formats, every result
+    page = _read_page(path) if format == "table" and html is not None else None
+    if page is not None:
+        loaded: Report = page.outline
+    else:
+        loaded = _read_outline(path) if format == "table" and html is None else _read_report(path)
     # the terminal's tables and the page's, worked out once where both are drawn; the terminal alone makes the
     # rows it shows of a big report's long tables (``print_report``)
     shown = list(views(loaded)) if format == "table" and html is not None else None
@@ -126,7 +144,7 @@ def report(
     else:
         sys.stdout.write(markdown(loaded) if format == "markdown" else csv_text(loaded))
     if html is not None:
-        write_html(loaded, html, shown)
+        write_html(loaded, html, shown, page)
         err_console.print(f"HTML: {html}", highlight=False)
 
 

@@ -13,9 +13,11 @@ first line alone. Beside each report goes its history file (``points``: ``r.hist
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import zlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
@@ -24,7 +26,16 @@ from isal import igzip, isal_zlib
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.report.cells import SCREENFUL
-from orchestrator.report.digest import DigestColumns, Glance, SummaryGlance, columns, digest, glance
+from orchestrator.report.digest import (
+    PAGE_FIELDS,
+    Digest,
+    DigestColumns,
+    Glance,
+    SummaryGlance,
+    columns,
+    digest,
+    glance,
+)
 from orchestrator.report.models import SCHEMA_VERSION, Environment, Outline, Report
 from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
@@ -201,24 +212,62 @@ def _streamed(stored: bytes) -> Report | None:
 
 class _Listed(BaseModel):
     """The digest columns ``load_outline`` reads (every other skipped unread): each result's status, whether it
-    was judged correct, and whether it holds a replay or a distributed run. None: digests written before
-    the last three were kept."""
+    was judged correct, whether it holds a replay, a distributed run or a trace, and its sides' medians (which
+    results have raw samples). None: digests written before the three after ``correct`` were kept."""
 
     status: list[str]
+    traced: list[bool]
+    eager_ms: list[float | None]
+    compiled_ms: list[float | None]
     correct: list[bool | None] | None = None
     replayed: list[bool] | None = None
     distributed: list[bool] | None = None
 
 
+@dataclass
+class Page:
+    """A big compressed report as its page draws it (``load_page``; ``html.render_html``): its ``Outline``, every
+    result's digest in the report's order (the table of every result and the charts read those), and the
+    results whose raw samples the page embeds (``sampled``: the first with a side timed)."""
+
+    outline: Outline
+    digests: list[Digest]
+    sampled: list[Result]
+
+
 def load_outline(path: str | Path) -> Outline | None:
     """A big compressed report as a terminal shows it (``models.Outline``): everything but its results
     validated, and of the results only those a view lists one by one, found by their digests (not ok, a
-    replay, a distributed run: a few in a hundred, where a sweep goes well); every other result's line is
-    decompressed and passed over, not parsed. None where the report has ``SCREENFUL`` results or fewer (the
-    terminal shows each of them), is not compressed with digests that say what is listed (written before
+    replay, a distributed run, a traced one: a few in a hundred, where a sweep goes well); every other result's
+    line is decompressed and passed over, not parsed. None where the report has ``SCREENFUL`` results or fewer
+    (the terminal shows each of them), is not compressed with digests that say what is listed (written before
     they were kept), or does not read so (``read`` then reads it whole and names what is wrong). Raises
     ``ReportError`` for a file that cannot be read at all.
     """
+    found = _outlined(path, _Listed, 0)
+    return None if found is None else found[0]
+
+
+def load_page(path: str | Path, samples: int) -> Page | None:
+    """A big compressed report as its page draws it (``Page``): ``load_outline``'s outline, every digest (its
+    columns validated whole, ``DigestColumns``) and the first ``samples`` results with a side timed. None as
+    for ``load_outline``, and where the digests were written before those the page reads (``PAGE_FIELDS``).
+    Raises ``ReportError`` for a file that cannot be read at all."""
+    found = _outlined(path, DigestColumns, samples)
+    if found is None:
+        return None
+    outline, columns, sampled = found
+    if any(getattr(columns, name) is None for name in PAGE_FIELDS):
+        return None
+    return Page(outline, columns.digests(), sampled)
+
+
+_Columns = TypeVar("_Columns", _Listed, DigestColumns)
+
+
+def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Outline, _Columns, list[Result]] | None:
+    """``load_outline``'s outline, the digest columns read as ``model``, and the first ``samples`` results with a
+    side timed (each validated once, listed or not); None as ``load_outline`` says."""
     stored = _compressed_bytes(location(path))
     if not stored:
         return None
@@ -227,27 +276,40 @@ def load_outline(path: str | Path) -> Outline | None:
             head = _read_head(f)
             if head is None or head[1] is None:
                 return None
-            columns = head[1].removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN)
-            flags = _Listed.model_validate_json(columns)
-            count = len(flags.status)
-            if flags.correct is None or flags.replayed is None or flags.distributed is None or count <= SCREENFUL:
-                return None
-            if not len(flags.correct) == len(flags.replayed) == len(flags.distributed) == count:
+            columns = model.model_validate_json(head[1].removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
+            count = len(columns.status)
+            if columns.correct is None or columns.replayed is None or columns.distributed is None or count <= SCREENFUL:
                 return None
             report = Report.model_validate_json(head[0] + b'"results":[]}')
-            del head, columns
-            statuses = zip(flags.status, flags.replayed, flags.distributed, strict=True)
-            listed = [status != "ok" or replayed or distributed for status, replayed, distributed in statuses]
+            del head
+            flags = zip(columns.status, columns.replayed, columns.distributed, columns.traced, strict=True)
+            listed = [
+                status != "ok" or replayed or distributed or traced for status, replayed, distributed, traced in flags
+            ]
+            timed = (
+                i
+                for i, sides in enumerate(zip(columns.eager_ms, columns.compiled_ms, strict=True))
+                if sides != (None, None)
+            )
+            sample = set(itertools.islice(timed, samples))
             results: list[Result] = []
+            sampled: list[Result] = []
             for i, line in enumerate(f):
                 if line.startswith(b"]"):
                     if i != count or (line + f.read()).strip() != b"]}":
                         return None
                     kept = {name: getattr(report, name) for name in Report.model_fields if name != "results"}
-                    unchecked = sum(s == "ok" and c is None for s, c in zip(flags.status, flags.correct, strict=True))
-                    return Outline(**kept, results=results, result_count=count, unchecked=unchecked)
-                if i < count and listed[i]:
-                    results.append(Result.model_validate_json(line.rstrip(b",\n")))
+                    unchecked = sum(
+                        s == "ok" and c is None for s, c in zip(columns.status, columns.correct, strict=True)
+                    )
+                    outline = Outline(**kept, results=results, result_count=count, unchecked=unchecked)
+                    return outline, columns, sampled
+                if i < count and (listed[i] or i in sample):
+                    result = Result.model_validate_json(line.rstrip(b",\n"))
+                    if listed[i]:
+                        results.append(result)
+                    if i in sample:
+                        sampled.append(result)
     except _UNREADABLE:
         return None
     return None  # cut short before the results' end

@@ -24,9 +24,14 @@ def achieved(work: WorkInfo | None, median_ms: float | None) -> Throughput:
     A side with 0 counted FLOPs (a memory-bound target) gets ``tflops`` ``None``, not 0: its
     matmul-family work is nil, not slow.
     """
-    if work is None or median_ms is None or median_ms <= 0:
+    return Throughput(None, None) if work is None else rates(work.flops, work.bytes, median_ms)
+
+
+def rates(flops: int | None, bytes_: int | None, median_ms: float | None) -> Throughput:
+    """``achieved`` of a call's counted FLOPs and bytes (None: not counted), as a result's digest keeps them."""
+    if median_ms is None or median_ms <= 0:
         return Throughput(None, None)
     seconds = median_ms / 1e3
-    tflops = work.flops / seconds / 1e12 if work.flops else None
-    gbps = work.bytes / seconds / 1e9 if work.bytes else None
+    tflops = flops / seconds / 1e12 if flops else None
+    gbps = bytes_ / seconds / 1e9 if bytes_ else None
     return Throughput(tflops, gbps)

@@ -39,10 +39,14 @@ MAX_SPEEDUP_BARS: Final = 400
 def column(values: list[Any]) -> Any:
     """A trace's column as a numpy array: plotly checks and copies a list element by element (and deep-copies
     it with the trace), an array whole; numbers are then written to the page as base64 rather than as text.
-    At 10,000 results the page's points took 2 of its 3 s as lists."""
+    At 10,000 results the page's points took 2 of its 3 s as lists. Text is a fixed-width string array where
+    every item is a string (plotly deep-copies a figure's arrays: an object array item by item, 2 s of the page of
+    100,000 results, a string array whole), else an object array."""
     import numpy as np
 
-    return np.asarray(values, dtype=float if all(isinstance(v, int | float) for v in values) else object)
+    if all(isinstance(v, int | float) for v in values):
+        return np.asarray(values, dtype=float)
+    return np.asarray(values, dtype=str if all(isinstance(v, str) for v in values) else object)
 
 
 def speedup_figures(results: Sequence[Result] | Sequence[Digest]) -> list[go.Figure]:
@@ -141,7 +145,8 @@ def pareto_figure(report: Report) -> go.Figure:
     pools: dict[str, tuple[list[float], list[float], list[str]]] = {}
     for i, group in enumerate(decided):
         assert group.decision is not None  # decided: for mypy
-        name = f"{group.label} ({group.device_model})" if len(report.summary.devices) > 1 else group.label
+        label = group.label  # made once, not once a configuration
+        name = f"{label} ({group.device_model})" if len(report.summary.devices) > 1 else label
         points = [c for c in group.decision.configs if c.compile_s and (c.lower or c.speedup)]
         kinds = (
             ("Pareto set", [c for c in points if c.pareto], "star", "lines+markers+text"),
@@ -157,7 +162,7 @@ def pareto_figure(report: Report) -> go.Figure:
             xs = [c.compile_s or 0.0 for c in configs]
             values += ys
             xs_all += xs
-            hover = [_pareto_hover(group.label, c.config, kind, c.excluded, c.compile_label) for c in configs]
+            hover = [_pareto_hover(label, c.config, kind, c.excluded, c.compile_label) for c in configs]
             if pooled:
                 pool_xs, pool_ys, pool_hover = pools.setdefault(kind, ([], [], []))
                 pool_xs.extend(xs)

@@ -144,11 +144,11 @@ def digest(r: Result) -> Digest:
     )
 
 
-class DigestColumns(BaseModel):
-    """Digests as a report's head keeps them: one list per ``Digest`` field, in result order, all of one
-    length. Validated as any part of a report is: a column of the wrong type or length is a bad report."""
+class GateColumns(BaseModel):
+    """The digest columns the gate reads (``io.load_glance``): each a list in result order, all of one length;
+    the page's (``PAGE_FIELDS``) are skipped as they are parsed (``DigestColumns`` validates them too)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     experiment_id: list[str]
     replicate: list[int]
@@ -175,6 +175,28 @@ class DigestColumns(BaseModel):
     correct: list[bool | None] | None = None
     replayed: list[bool] | None = None
     distributed: list[bool] | None = None
+
+    @model_validator(mode="after")
+    def _one_length(self) -> GateColumns:
+        lengths = {name: len(column) for name in FIELDS if (column := getattr(self, name, None)) is not None}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"digest columns of different lengths: {lengths}")
+        return self
+
+    def digests(self) -> list[Digest]:
+        """A ``Digest`` a result; a column not read (or not kept) is None in each."""
+        count = len(self.experiment_id)
+        cols = (column if (column := getattr(self, name, None)) is not None else [None] * count for name in FIELDS)
+        return [Digest(*row) for row in zip(*cols, strict=True)]
+
+
+class DigestColumns(GateColumns):
+    """Digests as a report's head keeps them: one list per ``Digest`` field, in result order, all of one
+    length. Validated as any part of a report is: a column of the wrong type or length, or one of no
+    ``Digest`` field, is a bad report."""
+
+    model_config = ConfigDict(extra="forbid")
+
     speedup_ci: list[tuple[float, float] | None] | None = None
     recompiled: list[bool] | None = None
     eager_noisy: list[bool | None] | None = None
@@ -183,18 +205,6 @@ class DigestColumns(BaseModel):
     work_bytes: list[int | None] | None = None
     calibration: list[str | None] | None = None
     calibration_slow: list[bool | None] | None = None
-
-    @model_validator(mode="after")
-    def _one_length(self) -> DigestColumns:
-        lengths = {name: len(column) for name in FIELDS if (column := getattr(self, name)) is not None}
-        if len(set(lengths.values())) > 1:
-            raise ValueError(f"digest columns of different lengths: {lengths}")
-        return self
-
-    def digests(self) -> list[Digest]:
-        count = len(self.experiment_id)
-        cols = (column if (column := getattr(self, name)) is not None else [None] * count for name in FIELDS)
-        return [Digest(*row) for row in zip(*cols, strict=True)]
 
 
 def columns(digests: Sequence[Digest]) -> dict[str, list[Any]]:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal, TypeVar, cast
 
-from isal import igzip, isal_zlib
+from isal import igzip, igzip_threaded, isal_zlib
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from orchestrator.report.cells import SCREENFUL
@@ -30,6 +30,7 @@ from orchestrator.report.digest import (
     PAGE_FIELDS,
     Digest,
     DigestColumns,
+    GateColumns,
     Glance,
     SummaryGlance,
     columns,
@@ -183,7 +184,7 @@ def _streamed(stored: bytes) -> Report | None:
     if not stored.startswith(GZIP_MAGIC):
         return None
     try:
-        with igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+        with _lines(stored) as f:
             head = _read_head(f)
             if head is None:
                 return None
@@ -272,7 +273,7 @@ def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Ou
     if not stored:
         return None
     try:
-        with collector_paused(), igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+        with collector_paused(), _lines(stored) as f:
             head = _read_head(f)
             if head is None or head[1] is None:
                 return None
@@ -337,7 +338,7 @@ def load_results_as(path: str | Path, model: type[_Model]) -> list[_Model] | Non
     if not stored:
         return None
     try:
-        with collector_paused(), igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+        with collector_paused(), _lines(stored) as f:
             head = _read_head(f)
             if head is None or head[1] is None:
                 return None
@@ -363,7 +364,7 @@ class _Head(BaseModel):
     complete: bool = True
     environment: Environment
     summary: SummaryGlance
-    digests: DigestColumns
+    digests: GateColumns
 
 
 def load_glance(path: str | Path) -> Glance:
@@ -378,7 +379,7 @@ def load_glance(path: str | Path) -> Glance:
     stored = _compressed_bytes(location(path))
     if stored:
         try:
-            with igzip.IGzipFile(fileobj=io.BytesIO(stored)) as f:
+            with _lines(stored) as f:
                 head = _read_head(f)
             if head is not None and head[1] is not None:
                 with collector_paused():
@@ -391,7 +392,15 @@ def load_glance(path: str | Path) -> Glance:
     return glance(read(path))
 
 
-def _read_head(f: igzip.IGzipFile) -> tuple[bytes, bytes | None] | None:
+def _lines(stored: bytes) -> io.BufferedReader:
+    """A compressed report's text, read a line at a time as another thread inflates it (``isal``'s
+    ``igzip_threaded``, which inflates outside the GIL): the 370 MB of text of 100,000 results inflate while their
+    lines are validated, a second less of a whole read (``benchmarks/read_scale.py``). A damaged stream raises
+    what inflating it raises (``GZIP_ERRORS``) where the line is read."""
+    return cast(io.BufferedReader, igzip_threaded.open(io.BytesIO(stored), "rb"))
+
+
+def _read_head(f: io.BufferedReader) -> tuple[bytes, bytes | None] | None:
     """What precedes a compressed report's results (``_compressed``): its fields (the first line, then the
     summary's) and its digests' line, which ends ``RESULTS_OPEN``; or a report's written before digests: its
     first line, which ends ``RESULTS_OPEN``, and None. None for any other layout (an older compressed report is

@@ -28,9 +28,9 @@ from orchestrator.report.models import (
 )
 from orchestrator.report.ranks import rank_rows, scaling_rows
 from orchestrator.report.replay import replay_rows
-from tasks.models import Calibration, Result, WorkInfo
+from tasks.models import Calibration, Result
 from tasks.text import first_line
-from tasks.throughput import achieved
+from tasks.throughput import rates
 
 REPLICATES_NOTE = (
     "95% CI over k runs: a Student t-interval on the log speedups of the experiment's k replicates, each run in "
@@ -133,9 +133,8 @@ def results_rows(
             seconds(d.compile_latency_s),
             cache_text(d),
         ]
-        work = WorkInfo(flops=d.flops, bytes=d.work_bytes) if flops or bytes_ else None
-        rates = achieved(work, d.compiled_ms)
-        row += [*([rate(rates.tflops)] if flops else []), *([rate(rates.gbps)] if bytes_ else [])]
+        done = rates(d.flops, d.work_bytes, d.compiled_ms)
+        row += [*([rate(done.tflops)] if flops else []), *([rate(done.gbps)] if bytes_ else [])]
         marks = [*notes(d), *(["slow device"] if on_slow_device(d, slow) else [])]
         row += ["-" if d.graph_breaks is None else str(d.graph_breaks), d.status, ", ".join(marks)]
         rows.append(row)

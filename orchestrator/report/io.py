@@ -16,7 +16,8 @@ import io
 import itertools
 import json
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,51 +270,60 @@ _Columns = TypeVar("_Columns", _Listed, DigestColumns)
 def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Outline, _Columns, list[Result]] | None:
     """``load_outline``'s outline, the digest columns read as ``model``, and the first ``samples`` results with a
     side timed (each validated once, listed or not); None as ``load_outline`` says."""
+    with _past_head(path) as past:
+        if past is None:
+            return None
+        f, fields, digests = past
+        columns = model.model_validate_json(digests.removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
+        count = len(columns.status)
+        if columns.correct is None or columns.replayed is None or columns.distributed is None or count <= SCREENFUL:
+            return None
+        report = Report.model_validate_json(fields + b'"results":[]}')
+        del past, fields, digests
+        flags = zip(columns.status, columns.replayed, columns.distributed, columns.traced, strict=True)
+        listed = [
+            status != "ok" or replayed or distributed or traced for status, replayed, distributed, traced in flags
+        ]
+        sides = enumerate(zip(columns.eager_ms, columns.compiled_ms, strict=True))
+        sample = set(itertools.islice((i for i, timed in sides if timed != (None, None)), samples))
+        results: list[Result] = []
+        sampled: list[Result] = []
+        for i, line in enumerate(f):
+            if line.startswith(b"]"):
+                if i != count or (line + f.read()).strip() != b"]}":
+                    return None
+                kept = {name: getattr(report, name) for name in Report.model_fields if name != "results"}
+                unchecked = sum(s == "ok" and c is None for s, c in zip(columns.status, columns.correct, strict=True))
+                return Outline(**kept, results=results, result_count=count, unchecked=unchecked), columns, sampled
+            if i < count and (listed[i] or i in sample):
+                result = Result.model_validate_json(line.rstrip(b",\n"))
+                if listed[i]:
+                    results.append(result)
+                if i in sample:
+                    sampled.append(result)
+    return None  # unreadable, or cut short before the results' end
+
+
+@contextmanager
+def _past_head(path: str | Path) -> Iterator[tuple[io.BufferedReader, bytes, bytes] | None]:
+    """A big compressed report's lines past its head (``_read_head``), with the head's fields and digests line,
+    the collector paused: None where the report is not compressed with digests. What the block raises of
+    ``_UNREADABLE`` (a line that does not validate, a damaged stream) ends the block and is not raised: the
+    reader then returns None, and ``read`` reads the report whole and names what is wrong."""
     stored = _compressed_bytes(location(path))
     if not stored:
-        return None
+        yield None
+        return
     try:
         with collector_paused(), _lines(stored) as f:
-            head = _read_head(f)
-            if head is None or head[1] is None:
-                return None
-            columns = model.model_validate_json(head[1].removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
-            count = len(columns.status)
-            if columns.correct is None or columns.replayed is None or columns.distributed is None or count <= SCREENFUL:
-                return None
-            report = Report.model_validate_json(head[0] + b'"results":[]}')
-            del head
-            flags = zip(columns.status, columns.replayed, columns.distributed, columns.traced, strict=True)
-            listed = [
-                status != "ok" or replayed or distributed or traced for status, replayed, distributed, traced in flags
-            ]
-            timed = (
-                i
-                for i, sides in enumerate(zip(columns.eager_ms, columns.compiled_ms, strict=True))
-                if sides != (None, None)
-            )
-            sample = set(itertools.islice(timed, samples))
-            results: list[Result] = []
-            sampled: list[Result] = []
-            for i, line in enumerate(f):
-                if line.startswith(b"]"):
-                    if i != count or (line + f.read()).strip() != b"]}":
-                        return None
-                    kept = {name: getattr(report, name) for name in Report.model_fields if name != "results"}
-                    unchecked = sum(
-                        s == "ok" and c is None for s, c in zip(columns.status, columns.correct, strict=True)
-                    )
-                    outline = Outline(**kept, results=results, result_count=count, unchecked=unchecked)
-                    return outline, columns, sampled
-                if i < count and (listed[i] or i in sample):
-                    result = Result.model_validate_json(line.rstrip(b",\n"))
-                    if listed[i]:
-                        results.append(result)
-                    if i in sample:
-                        sampled.append(result)
+            yield _head_and_lines(f)  # the head not kept here: the reader lets go of it once it is read
     except _UNREADABLE:
-        return None
-    return None  # cut short before the results' end
+        pass
+
+
+def _head_and_lines(f: io.BufferedReader) -> tuple[io.BufferedReader, bytes, bytes] | None:
+    head = _read_head(f)
+    return None if head is None or head[1] is None else (f, head[0], head[1])
 
 
 class _Version(BaseModel):
@@ -334,24 +344,18 @@ def load_results_as(path: str | Path, model: type[_Model]) -> list[_Model] | Non
     with digests (an indented report, one written before them, a journal), is of another schema version, or
     does not read so: the caller then reads it whole (``read``), which names what is wrong. Raises
     ``ReportError`` for a file that cannot be read at all."""
-    stored = _compressed_bytes(location(path))
-    if not stored:
-        return None
-    try:
-        with collector_paused(), _lines(stored) as f:
-            head = _read_head(f)
-            if head is None or head[1] is None:
-                return None
-            _Version.model_validate_json(head[0][: head[0].index(b"\n") - 1] + b"}")  # the first line, its "," closed
-            del head
-            results: list[_Model] = []
-            for line in f:
-                if line.startswith(b"]"):
-                    return results if (line + f.read()).strip() == b"]}" else None
-                results.append(model.model_validate_json(line.rstrip(b",\n")))
-    except _UNREADABLE:
-        return None
-    return None  # cut short before the results' end
+    with _past_head(path) as past:
+        if past is None:
+            return None
+        f, fields, _ = past
+        _Version.model_validate_json(fields[: fields.index(b"\n") - 1] + b"}")  # the first line, its "," closed
+        del past, fields
+        results: list[_Model] = []
+        for line in f:
+            if line.startswith(b"]"):
+                return results if (line + f.read()).strip() == b"]}" else None
+            results.append(model.model_validate_json(line.rstrip(b",\n")))
+    return None  # unreadable, or cut short before the results' end
 
 
 class _Head(BaseModel):

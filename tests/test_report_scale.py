@@ -130,8 +130,9 @@ def test_a_compressed_report_in_several_members_reads_and_one_cut_short_or_corru
     cut, corrupt = tmp_path / "cut.json.gz", tmp_path / "corrupt.json.gz"
     cut.write_bytes(data[: len(data) // 2])
     corrupt.write_bytes(data[:100] + b"garbage" * 50 + data[450:])
-    # a corrupt stream: deflate's data error (Z_DATA_ERROR, -3), in the words of the library that decompressed it
-    for path, why in ((cut, "ended before the end-of-stream marker"), (corrupt, "Error -3 ")):
+    # a corrupt stream: deflate's error (its code, -3 or -1, depends on what the garbage lands on), in the words of
+    # the library that decompressed it
+    for path, why in ((cut, "ended before the end-of-stream marker"), (corrupt, r"Error -\d ")):
         with pytest.raises(ReportError, match=f"cannot read {path}: .*{why}"):
             read(path)
 

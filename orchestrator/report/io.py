@@ -65,6 +65,7 @@ _ISAL_ERROR: Final = cast(type[Exception], isal_zlib.error)
 GZIP_ERRORS: Final[tuple[type[Exception], ...]] = (OSError, EOFError, zlib.error, _ISAL_ERROR)
 _UNREADABLE: Final[tuple[type[Exception], ...]] = (ValidationError, *GZIP_ERRORS)  # a layout given up on
 DIGEST_JSON: Final = TypeAdapter(dict[str, list[Any]])  # the digests' columns as JSON
+RESULT_JSON: Final = TypeAdapter(Result)  # a result as compact JSON bytes: ``model_dump_json``'s text, not decoded
 READABLE_VERSIONS: Final = (1, 2, SCHEMA_VERSION)
 
 
@@ -118,21 +119,23 @@ def _compressed(report: Report) -> bytes:
     third the results' digests (``DIGESTS_OPEN``, ``DigestColumns``) and the results' opening
     (``RESULTS_OPEN``); then each result on a line of its own: the layout ``_streamed`` reads a result at a
     time and ``load_glance`` reads up to the results."""
-    out = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # wbits 31: a gzip stream
-    chunks = []
-    for i, name in enumerate(n for n in Report.model_fields if n not in ("results", "summary")):
-        field = report.model_dump_json(include={name})  # '{"name":value}'
-        chunks.append(out.compress(bytes(("{" if i == 0 else ",") + field[1:-1], "utf-8")))
-    summary = report.model_dump_json(include={"summary"})  # a line of its own: 100 MB at 100,000 groups
-    chunks.append(out.compress(bytes(",\n" + summary[1:-1], "utf-8")))
-    digests = DIGEST_JSON.dump_json(columns([digest(r) for r in report.results]))  # as DigestColumns reads them
-    chunks.append(out.compress(b",\n" + DIGESTS_OPEN + digests + b"," + RESULTS_OPEN))
-    last = len(report.results) - 1
-    for i, r in enumerate(report.results):
-        chunks.append(out.compress(bytes(r.model_dump_json() + (",\n" if i < last else "\n"), "utf-8")))
-    chunks.append(out.compress(b"]}\n"))
-    chunks.append(out.flush())
-    return b"".join(chunks)
+    buffer = io.BytesIO()
+    # deflated in a thread of its own (``isal``'s ``igzip_threaded``, outside the GIL) while the next lines are dumped
+    with igzip_threaded.open(buffer, "wb", compresslevel=GZIP_LEVEL, threads=1) as out:
+        for i, name in enumerate(n for n in Report.model_fields if n not in ("results", "summary")):
+            field = report.model_dump_json(include={name})  # '{"name":value}'
+            out.write(bytes(("{" if i == 0 else ",") + field[1:-1], "utf-8"))
+        summary = report.model_dump_json(include={"summary"})  # a line of its own: 100 MB at 100,000 groups
+        out.write(bytes(",\n" + summary[1:-1], "utf-8"))
+        del summary
+        digests = DIGEST_JSON.dump_json(columns([digest(r) for r in report.results]))  # as DigestColumns reads them
+        out.write(b",\n" + DIGESTS_OPEN + digests + b"," + RESULTS_OPEN)
+        del digests
+        last = len(report.results) - 1
+        for i, r in enumerate(report.results):
+            out.write(RESULT_JSON.dump_json(r) + (b",\n" if i < last else b"\n"))
+        out.write(b"]}\n")
+    return buffer.getvalue()
 
 
 def read(path: str | Path) -> Report:

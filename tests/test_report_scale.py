@@ -203,8 +203,8 @@ def test_the_terminal_reads_of_a_big_report_the_results_it_lists_and_prints_what
 
     import orchestrator.report.io as io_module
     from orchestrator.report import print_report
-    from orchestrator.report.io import load_outline
     from orchestrator.report.models import Outline
+    from orchestrator.report.skim import load_outline
 
     whole = read(kept["gz"])
     validated = []
@@ -265,7 +265,7 @@ def test_the_page_of_a_big_report_is_drawn_from_its_digests_and_is_the_page_of_t
     import orchestrator.report.io as io_module
     from orchestrator.report.digest import PAGE_FIELDS
     from orchestrator.report.html import MAX_SAMPLE_RESULTS
-    from orchestrator.report.io import load_page
+    from orchestrator.report.skim import load_page
     from tasks.models import TraceInfo
     from tests.report_data import replay_report
     from tests.test_ranks import ranked_result
@@ -371,7 +371,7 @@ def test_compare_reads_a_compressed_reports_digests_alone_and_judges_as_it_does_
     labels) and every warning, is the one of the two reports read whole; a report without digests (indented,
     or written before them) is read whole and digested, and says the same."""
     import orchestrator.report.io as io_module
-    from orchestrator.report.io import load_glance
+    from orchestrator.report.skim import load_glance
 
     rng = np.random.default_rng(7)
     phases = {"entire_frame_compile": 0.8, "backend_compile": 0.5, "inductor_compile": 0.4}
@@ -415,7 +415,7 @@ def test_compare_reads_a_compressed_reports_digests_alone_and_judges_as_it_does_
 
 def test_a_compressed_report_whose_digests_do_not_validate_is_read_whole(kept, tmp_path):
     """Digests of the wrong type or length are not trusted: the report is read whole, as if it had none."""
-    from orchestrator.report.io import load_glance
+    from orchestrator.report.skim import load_glance
 
     first, summary, digests, *rest = gzip.decompress(kept["gz"].read_bytes()).splitlines(keepends=True)
     short = digests.replace(b'"replicate":[0,', b'"replicate":[', 1)  # a column one value short
@@ -489,7 +489,7 @@ def test_export_csv_of_a_big_report_reads_what_the_csv_holds_of_each_result_and_
     or one with a line that does not validate, is read whole (which names what is wrong)."""
     import orchestrator.report.io as io_module
     from orchestrator.report.export import CsvResult, csv_text
-    from orchestrator.report.io import load_results_as
+    from orchestrator.report.skim import load_results_as
     from tasks.models import Measurement
     from tests.report_data import replay_report
     from tests.test_ranks import ranked_result

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
-    from orchestrator.report.io import Page
+    from orchestrator.report.skim import Page
     from tasks.result import Result
 
 _T = TypeVar("_T")
@@ -52,9 +52,9 @@ def _read_report(path: str) -> Report:
 
 
 def _read_outline(path: str) -> Report:
-    """A big compressed report as the terminal shows it (``io.load_outline``: the results its views list one by
+    """A big compressed report as the terminal shows it (``skim.load_outline``: the results its views list one by
     one, the rest from the summary), else the report at ``path`` read whole; kept (``_kept``)."""
-    from orchestrator.report.io import load_outline
+    from orchestrator.report.skim import load_outline
 
     outline = _kept(load_outline, path)
     return outline if outline is not None else _read_report(path)
@@ -62,23 +62,23 @@ def _read_outline(path: str) -> Report:
 
 def _read_results_as(path: str, model: type[_M]) -> Sequence[Result | _M]:
     """A big compressed report's results validated as ``model``, the part of a result a command reads
-    (``io.load_results_as``), else the report at ``path`` read whole and its results; kept (``_kept``)."""
-    from orchestrator.report.io import load_results_as
+    (``skim.load_results_as``), else the report at ``path`` read whole and its results; kept (``_kept``)."""
+    from orchestrator.report.skim import load_results_as
 
     found = _kept(lambda p: load_results_as(p, model), path)
     return found if found is not None else _read_report(path).results
 
 
 def _read_glance(path: str) -> Glance:
-    """The report at ``path`` as the gate reads it (``io.load_glance``: a compressed report's digests alone),
+    """The report at ``path`` as the gate reads it (``skim.load_glance``: a compressed report's digests alone),
     kept (``_kept``)."""
-    from orchestrator.report.io import load_glance
+    from orchestrator.report.skim import load_glance
 
     return _kept(load_glance, path)
 
 
 def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None, page: Page | None = None) -> None:
-    """The report's page at ``path``; ``page``: a big compressed report's ``io.load_page`` (``report`` being
+    """The report's page at ``path``; ``page``: a big compressed report's ``skim.load_page`` (``report`` being
     its outline), whose digests and sampled results the page is drawn from."""
     from orchestrator.report.html import render_html
 
@@ -87,10 +87,10 @@ def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None, p
 
 
 def _read_page(path: str) -> Page | None:
-    """A big compressed report as its page draws it (``io.load_page``), kept (``_kept``); None where the report
+    """A big compressed report as its page draws it (``skim.load_page``), kept (``_kept``); None where the report
     is to be read whole."""
     from orchestrator.report.html import MAX_SAMPLE_RESULTS
-    from orchestrator.report.io import load_page
+    from orchestrator.report.skim import load_page
 
     return _kept(lambda p: load_page(p, MAX_SAMPLE_RESULTS), path)
 

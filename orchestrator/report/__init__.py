@@ -10,6 +10,7 @@ Imports run one way: each module imports only modules listed before it.
 - ``digest``: what the regression gate reads of each result, kept as columns in a compressed report;
 - ``points``: a report's points in history's series, kept in the history file beside each report;
 - ``io``: atomic writes, reading any schema version (compressed or not) or a run's journal;
+- ``skim``: reading part of a big compressed report, what a command shows of it;
 - ``replay``, ``ranks``, then ``views``: each table a reader sees, as ``Rows``, in reading order;
 - ``render``: the terminal, Markdown, CSV; ``page``, ``charts``, then ``html``: one self-contained page;
 - ``compile_phases``, then ``compare``: two reports, experiment by experiment, as a regression gate;

@@ -5,7 +5,7 @@
 configuration labels, status, speedup, medians, compile latency and how the caches served it, graph breaks,
 and what its worker was. A ``Digest`` holds those, derived from a ``Result`` (``digest``). A compressed
 report (``io.REPORT_SUFFIX``) carries its results' digests as columns in its head, before the results
-(``columns``; ``io.load_glance`` reads that head and stops), so that comparing two reports of 100,000
+(``columns``; ``skim.load_glance`` reads that head and stops), so that comparing two reports of 100,000
 results neither decompresses nor validates a single result. Any other report is read whole and digested.
 
 The digests are derived data, as the summary is: written from the results by ``io.write_report``, read
@@ -64,7 +64,7 @@ class Digest:
     # before they were kept)
     eager_se: float | None = None
     compiled_se: float | None = None
-    # what the terminal's report reads of each result (``io.load_outline``): whether it was judged correct, and
+    # what the terminal's report reads of each result (``skim.load_outline``): whether it was judged correct, and
     # whether it holds a replay or a distributed run (the views that list such results one by one); None in
     # digests written before these were kept
     correct: bool | None = None
@@ -145,7 +145,7 @@ def digest(r: Result) -> Digest:
 
 
 class GateColumns(BaseModel):
-    """The digest columns the gate reads (``io.load_glance``): each a list in result order, all of one length;
+    """The digest columns the gate reads (``skim.load_glance``): each a list in result order, all of one length;
     the page's (``PAGE_FIELDS``) are skipped as they are parsed (``DigestColumns`` validates them too)."""
 
     model_config = ConfigDict(extra="ignore")
@@ -241,7 +241,7 @@ class GroupGlance(BaseModel):
 
 
 class SummaryGlance(BaseModel):
-    """A report's summary as the gate reads it (``io.load_glance``): its groups' labels and decisions alone.
+    """A report's summary as the gate reads it (``skim.load_glance``): its groups' labels and decisions alone.
     At 100,000 results the summary is 100 MB of JSON, most of it rankings and per-configuration figures the
     gate never reads: the fields named here are validated, every other is skipped as it is parsed (the
     pydantic default for unknown fields, rather than ``Lean``'s ``forbid``), a third of the whole summary's

@@ -62,7 +62,7 @@ def render_html(
 ) -> str:
     """The page as one string: header and warnings, summary tables, charts, failures, every result.
     ``shown``: the report's ``views``, where they were worked out already (the terminal's). A big compressed
-    report is drawn from its ``io.load_page``: an ``Outline`` (the results the page lists one by one), ``digests``
+    report is drawn from its ``skim.load_page``: an ``Outline`` (the results the page lists one by one), ``digests``
     (what the table of every result and the charts read of each, one a result in its order) and ``sampled`` (the
     first ``MAX_SAMPLE_RESULTS`` results with a side timed: the raw-sample chart's); otherwise both are the
     report's own results."""

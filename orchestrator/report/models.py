@@ -192,10 +192,10 @@ class Report(BaseModel):
 
 
 class Outline(Report):
-    """A big report as a terminal shows it (``io.load_outline``): everything but its results, and of those only
+    """A big report as a terminal shows it (``skim.load_outline``): everything but its results, and of those only
     the ones a view lists one by one (those not ok, replays, distributed runs, traced runs); every other table
     is drawn from the summary, and the page's table of every result and its charts from the digests
-    (``io.load_page``). ``result_count``: how many results the report holds; ``unchecked``: how many of them
+    (``skim.load_page``). ``result_count``: how many results the report holds; ``unchecked``: how many of them
     are ok and were never judged correct. Never written: a report is read whole for anything else."""
 
     result_count: int

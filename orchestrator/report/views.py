@@ -92,7 +92,7 @@ def on_slow_device(r: Result | Digest, slow: set[str]) -> bool:
 
 def as_digests(results: Sequence[Result] | Sequence[Digest]) -> Sequence[Digest]:
     """What the page's table and charts read of each result (``digest.Digest``): results digested, digests as they
-    are (a big compressed report's, read from its head without its results: ``io.load_page``)."""
+    are (a big compressed report's, read from its head without its results: ``skim.load_page``)."""
     return [r if isinstance(r, Digest) else digest(r) for r in results]
 
 

@@ -50,7 +50,7 @@ class CsvMeasurement(BaseModel):
 
 class CsvResult(BaseModel):
     """What the CSV reads of a result (``row``), each field declared as ``Result`` declares it (a test holds them
-    to it), the timing and measurement as the parts above. ``io.load_results_as`` validates a big report's
+    to it), the timing and measurement as the parts above. ``skim.load_results_as`` validates a big report's
     results as this: every other field (the raw samples, the check, the worker) is skipped as it is parsed,
     less than half the time of validating the whole ``Result`` (``benchmarks/read_scale.py``)."""
 

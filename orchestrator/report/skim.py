@@ -1,0 +1,222 @@
+"""Reading part of a big compressed report (``io.REPORT_SUFFIX``): what a command shows of it, no more.
+
+A compressed report's head (its fields, its summary, its results' digests as columns) comes before its results,
+one a line (``io._compressed``). ``load_glance`` reads the head and stops (the regression gate's
+``digest.Glance``); ``load_outline`` and ``load_page`` validate, of the results, only those a terminal or a page
+lists one by one (``models.Outline``), and the page every digest; ``load_results_as`` validates each result as
+a model of the fields a command reads (``export.harness_csv.CsvResult``). Each returns None where the report is
+kept otherwise, or does not read so: the caller then reads it whole (``io.read``), which names what is wrong.
+Imports ``io`` and the models, digests and cells below it.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel
+
+from orchestrator.report.cells import SCREENFUL
+from orchestrator.report.digest import PAGE_FIELDS, Digest, DigestColumns, GateColumns, Glance, SummaryGlance, glance
+from orchestrator.report.io import (
+    DIGESTS_OPEN,
+    RESULTS_OPEN,
+    UNREADABLE,
+    compressed_bytes,
+    read,
+    read_head,
+    report_lines,
+)
+from orchestrator.report.models import Environment, Outline, Report
+from orchestrator.store.storage import location
+from tasks.heap import collector_paused
+from tasks.result import Result
+
+
+class _Listed(BaseModel):
+    """The digest columns ``load_outline`` reads (every other skipped unread): each result's status, whether it
+    was judged correct, whether it holds a replay, a distributed run or a trace, and its sides' medians (which
+    results have raw samples). None: digests written before the three after ``correct`` were kept."""
+
+    status: list[str]
+    traced: list[bool]
+    eager_ms: list[float | None]
+    compiled_ms: list[float | None]
+    correct: list[bool | None] | None = None
+    replayed: list[bool] | None = None
+    distributed: list[bool] | None = None
+
+
+@dataclass
+class Page:
+    """A big compressed report as its page draws it (``load_page``; ``html.render_html``): its ``Outline``, every
+    result's digest in the report's order (the table of every result and the charts read those), and the
+    results whose raw samples the page embeds (``sampled``: the first with a side timed)."""
+
+    outline: Outline
+    digests: list[Digest]
+    sampled: list[Result]
+
+
+def load_outline(path: str | Path) -> Outline | None:
+    """A big compressed report as a terminal shows it (``models.Outline``): everything but its results
+    validated, and of the results only those a view lists one by one, found by their digests (not ok, a
+    replay, a distributed run, a traced one: a few in a hundred, where a sweep goes well); every other result's
+    line is decompressed and passed over, not parsed. None where the report has ``SCREENFUL`` results or fewer
+    (the terminal shows each of them), is not compressed with digests that say what is listed (written before
+    they were kept), or does not read so (``read`` then reads it whole and names what is wrong). Raises
+    ``ReportError`` for a file that cannot be read at all.
+    """
+    found = _outlined(path, _Listed, 0)
+    return None if found is None else found[0]
+
+
+def load_page(path: str | Path, samples: int) -> Page | None:
+    """A big compressed report as its page draws it (``Page``): ``load_outline``'s outline, every digest (its
+    columns validated whole, ``DigestColumns``) and the first ``samples`` results with a side timed. None as
+    for ``load_outline``, and where the digests were written before those the page reads (``PAGE_FIELDS``).
+    Raises ``ReportError`` for a file that cannot be read at all."""
+    found = _outlined(path, DigestColumns, samples)
+    if found is None:
+        return None
+    outline, columns, sampled = found
+    if any(getattr(columns, name) is None for name in PAGE_FIELDS):
+        return None
+    return Page(outline, columns.digests(), sampled)
+
+
+_Columns = TypeVar("_Columns", _Listed, DigestColumns)
+
+
+def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Outline, _Columns, list[Result]] | None:
+    """``load_outline``'s outline, the digest columns read as ``model``, and the first ``samples`` results with a
+    side timed (each validated once, listed or not); None as ``load_outline`` says."""
+    with _past_head(path) as past:
+        if past is None:
+            return None
+        f, fields, digests = past
+        columns = model.model_validate_json(digests.removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
+        count = len(columns.status)
+        if columns.correct is None or columns.replayed is None or columns.distributed is None or count <= SCREENFUL:
+            return None
+        report = Report.model_validate_json(fields + b'"results":[]}')
+        del past, fields, digests
+        flags = zip(columns.status, columns.replayed, columns.distributed, columns.traced, strict=True)
+        listed = [
+            status != "ok" or replayed or distributed or traced for status, replayed, distributed, traced in flags
+        ]
+        sides = enumerate(zip(columns.eager_ms, columns.compiled_ms, strict=True))
+        sample = set(itertools.islice((i for i, timed in sides if timed != (None, None)), samples))
+        results: list[Result] = []
+        sampled: list[Result] = []
+        for i, line in enumerate(f):
+            if line.startswith(b"]"):
+                if i != count or (line + f.read()).strip() != b"]}":
+                    return None
+                kept = {name: getattr(report, name) for name in Report.model_fields if name != "results"}
+                unchecked = sum(s == "ok" and c is None for s, c in zip(columns.status, columns.correct, strict=True))
+                return Outline(**kept, results=results, result_count=count, unchecked=unchecked), columns, sampled
+            if i < count and (listed[i] or i in sample):
+                result = Result.model_validate_json(line.rstrip(b",\n"))
+                if listed[i]:
+                    results.append(result)
+                if i in sample:
+                    sampled.append(result)
+    return None  # unreadable, or cut short before the results' end
+
+
+@contextmanager
+def _past_head(path: str | Path) -> Iterator[tuple[io.BufferedReader, bytes, bytes] | None]:
+    """A big compressed report's lines past its head (``_read_head``), with the head's fields and digests line,
+    the collector paused: None where the report is not compressed with digests. What the block raises of
+    ``UNREADABLE`` (a line that does not validate, a damaged stream) ends the block and is not raised: the
+    reader then returns None, and ``read`` reads the report whole and names what is wrong."""
+    stored = compressed_bytes(location(path))
+    if not stored:
+        yield None
+        return
+    try:
+        with collector_paused(), report_lines(stored) as f:
+            yield _head_andreport_lines(f)  # the head not kept here: the reader lets go of it once it is read
+    except UNREADABLE:
+        pass
+
+
+def _head_andreport_lines(f: io.BufferedReader) -> tuple[io.BufferedReader, bytes, bytes] | None:
+    head = read_head(f)
+    return None if head is None or head[1] is None else (f, head[0], head[1])
+
+
+class _Version(BaseModel):
+    """A compressed report's schema version, from its first line (every other field skipped unread): another
+    version than these is read whole (``read``), which names it."""
+
+    schema_version: Literal[2, 3]
+
+
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def load_results_as(path: str | Path, model: type[_Model]) -> list[_Model] | None:
+    """Each result of a big compressed report validated as ``model``: a model that declares the fields of
+    ``Result`` a command reads (``export.harness_csv.CsvResult``); every other field of a result's line is
+    skipped as it is parsed, and of the rest of the report only its schema version is read (its summary,
+    100 MB of JSON at 100,000 groups, and its digests are passed over). None where the report is not compressed
+    with digests (an indented report, one written before them, a journal), is of another schema version, or
+    does not read so: the caller then reads it whole (``read``), which names what is wrong. Raises
+    ``ReportError`` for a file that cannot be read at all."""
+    with _past_head(path) as past:
+        if past is None:
+            return None
+        f, fields, _ = past
+        _Version.model_validate_json(fields[: fields.index(b"\n") - 1] + b"}")  # the first line, its "," closed
+        del past, fields
+        results: list[_Model] = []
+        for line in f:
+            if line.startswith(b"]"):
+                return results if (line + f.read()).strip() == b"]}" else None
+            results.append(model.model_validate_json(line.rstrip(b",\n")))
+    return None  # unreadable, or cut short before the results' end
+
+
+class _Head(BaseModel):
+    """The first lines of a compressed report (``_compressed``) as ``load_glance`` reads them: the fields the
+    gate reads, the summary as ``SummaryGlance`` (labels and decisions), the digests; the results are not
+    read. Every other field is skipped unread, as are those of a newer version of the same schema."""
+
+    schema_version: Literal[2, 3]  # another version is read whole (``read``), which names it
+    name: str
+    complete: bool = True
+    environment: Environment
+    summary: SummaryGlance
+    digests: GateColumns
+
+
+def load_glance(path: str | Path) -> Glance:
+    """A report as ``compare`` reads it (``digest.Glance``), any report or journal ``read`` takes. Raises
+    ``ReportError``.
+
+    A compressed report whose first line holds its digests (``_compressed``) is read up to its results and no
+    further: none of its results is decompressed or validated. Any other (an indented report, one written
+    before digests, a journal), or one whose first line does not validate, is read whole (``read``, which
+    names what is wrong) and digested.
+    """
+    stored = compressed_bytes(location(path))
+    if stored:
+        try:
+            with report_lines(stored) as f:
+                head = read_head(f)
+            if head is not None and head[1] is not None:
+                with collector_paused():
+                    top = _Head.model_validate_json(head[0] + head[1].removesuffix(RESULTS_OPEN) + b'"results":[]}')
+                    if all(g.decision is not None for g in top.summary.groups):
+                        digests = top.digests.digests()
+                        return Glance(top.name, top.complete, top.environment, top.summary, digests)
+        except UNREADABLE:
+            pass  # read whole below, which names what is wrong
+    return glance(read(path))

@@ -132,7 +132,7 @@ def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Ou
 
 @contextmanager
 def _past_head(path: str | Path) -> Iterator[tuple[io.BufferedReader, bytes, bytes] | None]:
-    """A big compressed report's lines past its head (``_read_head``), with the head's fields and digests line,
+    """A big compressed report's lines past its head (``io.read_head``), with the head's fields and digests line,
     the collector paused: None where the report is not compressed with digests. What the block raises of
     ``UNREADABLE`` (a line that does not validate, a damaged stream) ends the block and is not raised: the
     reader then returns None, and ``read`` reads the report whole and names what is wrong."""
@@ -142,12 +142,12 @@ def _past_head(path: str | Path) -> Iterator[tuple[io.BufferedReader, bytes, byt
         return
     try:
         with collector_paused(), report_lines(stored) as f:
-            yield _head_andreport_lines(f)  # the head not kept here: the reader lets go of it once it is read
+            yield _head_and_lines(f)  # the head not kept here: the reader lets go of it once it is read
     except UNREADABLE:
         pass
 
 
-def _head_andreport_lines(f: io.BufferedReader) -> tuple[io.BufferedReader, bytes, bytes] | None:
+def _head_and_lines(f: io.BufferedReader) -> tuple[io.BufferedReader, bytes, bytes] | None:
     head = read_head(f)
     return None if head is None or head[1] is None else (f, head[0], head[1])
 

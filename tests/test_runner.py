@@ -135,6 +135,19 @@ def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
             assert set(a.measurement.cores).isdisjoint(b.measurement.cores)
 
 
+def test_a_sweep_returns_once_its_workers_have_exited_so_the_next_finds_their_cores_free(ray_cluster):
+    """A worker holds its cores' locks until its process is gone, and ``ray.kill`` returns before it is: a sweep
+    returns once its workers on this host have exited (``Pool.shutdown``), and the next sweep's workers claim
+    those cores."""
+    from orchestrator.execution.pool import wait_exited
+
+    first = run_experiments([sleepy(300 + seed) for seed in range(RAY_GPUS)], ray_cluster)
+    pids = {r.worker.pid for r in first}
+    assert len(pids) == RAY_GPUS and wait_exited(sorted(pids), 0) == []  # none still running as the sweep returns
+    second = run_experiments([sleepy(310 + seed) for seed in range(RAY_GPUS)], ray_cluster)
+    assert any(r.measurement.exclusive_cores for r in second)
+
+
 def test_a_worker_is_replaced_after_max_experiments_and_says_how_many_ran_before(ray_cluster):
     experiments = [sleepy(200 + seed, device="cpu", worker={"max_experiments": 2}) for seed in range(5)]
     results = run_experiments(experiments, ray_cluster)

@@ -121,6 +121,7 @@ class Pool:
         self.node_of: dict[int, str] = {}  # worker id -> the node it was started on
         self.calls: dict[ray.ObjectRef, tuple[int, str, int]] = {}  # pending call -> (worker id, method, rank)
         self.gangs: dict[int, Gang] = {}  # worker id -> the gang it is (``orchestrator.execution.gang``)
+        self.pids: dict[int, int] = {}  # worker id -> its process, where it runs on this host (``shutdown`` waits)
 
     def nodes(self) -> list[Node]:
         """The cluster's alive nodes now."""
@@ -190,6 +191,8 @@ class Pool:
             self._expect(worker_id, calls)
             return event
         if method == "ready":
+            if value["hostname"] == socket.gethostname():
+                self.pids[worker_id] = value["pid"]
             calibration = value.get("calibration")
             probe = Calibration.model_validate(calibration) if calibration else None
             return Ready(worker_id, value["hostname"], value["pid"], value["gpu_ids"], probe)
@@ -217,6 +220,7 @@ class Pool:
     def _forget(self, worker_id: int) -> Any:
         for ref in [r for r, (w, _, _) in self.calls.items() if w == worker_id]:
             del self.calls[ref]
+        self.pids.pop(worker_id, None)
         return self.actors.pop(worker_id, None)
 
     def request(self, bundles: Sequence[dict[str, float]]) -> None:
@@ -226,5 +230,42 @@ class Pool:
         request_resources(bundles=list(bundles))
 
     def shutdown(self) -> None:
+        """Kill every worker, then wait (up to ``EXIT_WAIT_S``) until those on this host have exited: a worker
+        holds its cores' locks until its process is gone (``tasks.isolation``), and ``ray.kill`` returns before
+        it is, so a sweep started right after this one (a library user's next call, the next test) would find
+        those cores taken and run without exclusive cores."""
+        local = list(self.pids.values())
         for worker_id in [*self.actors, *self.gangs]:
             self.kill(worker_id)
+        wait_exited(local, EXIT_WAIT_S)
+
+
+EXIT_WAIT_S = 10.0  # the most ``Pool.shutdown`` waits for its killed workers' processes to exit
+
+
+def wait_exited(pids: Sequence[int], timeout_s: float) -> list[int]:
+    """Wait until each of these processes of this host has exited (gone, or a zombie: its files, and so its
+    locks, are released), at most ``timeout_s``; those still running then."""
+    deadline = time.monotonic() + timeout_s
+    running = [pid for pid in pids if _running(pid)]
+    while running and time.monotonic() < deadline:
+        time.sleep(0.02)
+        running = [pid for pid in running if _running(pid)]
+    return running
+
+
+def _running(pid: int) -> bool:
+    """Whether a process of this host runs (not a zombie): from ``/proc`` where there is one, else a signal 0."""
+    if os.path.isdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+        except OSError:
+            return False  # gone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

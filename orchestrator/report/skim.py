@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Final, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -72,7 +72,7 @@ def load_outline(path: str | Path) -> Outline | None:
     they were kept), or does not read so (``read`` then reads it whole and names what is wrong). Raises
     ``ReportError`` for a file that cannot be read at all.
     """
-    found = _outlined(path, _Listed, 0)
+    found = _outlined(path, _Listed, 0, _LISTING)
     return None if found is None else found[0]
 
 
@@ -81,29 +81,33 @@ def load_page(path: str | Path, samples: int) -> Page | None:
     columns validated whole, ``DigestColumns``) and the first ``samples`` results with a side timed. None as
     for ``load_outline``, and where the digests were written before those the page reads (``PAGE_FIELDS``).
     Raises ``ReportError`` for a file that cannot be read at all."""
-    found = _outlined(path, DigestColumns, samples)
+    found = _outlined(path, DigestColumns, samples, (*_LISTING, *PAGE_FIELDS))
     if found is None:
         return None
     outline, columns, sampled = found
-    if any(getattr(columns, name) is None for name in PAGE_FIELDS):
-        return None
     return Page(outline, columns.digests(), sampled)
 
 
 _Columns = TypeVar("_Columns", _Listed, DigestColumns)
+_LISTING: Final = ("correct", "replayed", "distributed")  # the columns that say which results are listed
 
 
-def _outlined(path: str | Path, model: type[_Columns], samples: int) -> tuple[Outline, _Columns, list[Result]] | None:
+def _outlined(
+    path: str | Path, model: type[_Columns], samples: int, required: tuple[str, ...]
+) -> tuple[Outline, _Columns, list[Result]] | None:
     """``load_outline``'s outline, the digest columns read as ``model``, and the first ``samples`` results with a
-    side timed (each validated once, listed or not); None as ``load_outline`` says."""
+    side timed (each validated once, listed or not); None as ``load_outline`` says, and before any result is
+    read where a ``required`` column is not kept (digests written before it was)."""
     with _past_head(path) as past:
         if past is None:
             return None
         f, fields, digests = past
         columns = model.model_validate_json(digests.removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
         count = len(columns.status)
-        if columns.correct is None or columns.replayed is None or columns.distributed is None or count <= SCREENFUL:
+        if count <= SCREENFUL or any(getattr(columns, name) is None for name in required):
             return None
+        # for mypy: ``required`` holds the listing columns
+        assert columns.correct is not None and columns.replayed is not None and columns.distributed is not None
         report = Report.model_validate_json(fields + b'"results":[]}')
         del past, fields, digests
         flags = zip(columns.status, columns.replayed, columns.distributed, columns.traced, strict=True)
@@ -206,17 +210,10 @@ def load_glance(path: str | Path) -> Glance:
     before digests, a journal), or one whose first line does not validate, is read whole (``read``, which
     names what is wrong) and digested.
     """
-    stored = compressed_bytes(location(path))
-    if stored:
-        try:
-            with report_lines(stored) as f:
-                head = read_head(f)
-            if head is not None and head[1] is not None:
-                with collector_paused():
-                    top = _Head.model_validate_json(head[0] + head[1].removesuffix(RESULTS_OPEN) + b'"results":[]}')
-                    if all(g.decision is not None for g in top.summary.groups):
-                        digests = top.digests.digests()
-                        return Glance(top.name, top.complete, top.environment, top.summary, digests)
-        except UNREADABLE:
-            pass  # read whole below, which names what is wrong
-    return glance(read(path))
+    with _past_head(path) as past:
+        if past is not None:
+            _, fields, digests = past
+            top = _Head.model_validate_json(fields + digests.removesuffix(RESULTS_OPEN) + b'"results":[]}')
+            if all(g.decision is not None for g in top.summary.groups):
+                return Glance(top.name, top.complete, top.environment, top.summary, top.digests.digests())
+    return glance(read(path))  # read whole, which names what is wrong

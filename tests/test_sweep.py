@@ -73,6 +73,29 @@ def test_deep_merge_does_not_alias_its_inputs():
     assert base == {"compile": {"options": {"a": 1}}}
 
 
+def test_expand_copies_each_swept_path_and_leaves_the_entry_as_it_was():
+    """A point's mapping is the entry's, copied along the swept paths: the entry, the sweep's values and the other
+    points never change through one point's mapping; what no path changes is shared (read only)."""
+    entry = {"target": "seed.foo", "compile": {"backend": "inductor", "options": {"a": 1}}, "timing": {"warmup": 2}}
+    sweep = {"compile.mode": ["default", "lite"], "params.shape": [[8, 8], [16, 16]]}
+    before = deep_merge({}, entry)
+    points = [data for _, data in expand(entry, sweep)]
+    assert [(d["compile"]["mode"], d["params"]["shape"]) for d in points] == [
+        ("default", [8, 8]),
+        ("default", [16, 16]),
+        ("lite", [8, 8]),
+        ("lite", [16, 16]),
+    ]
+    assert entry == before and "mode" not in entry["compile"] and "params" not in entry
+    assert len({id(d["compile"]) for d in points}) == 4 and all(d["compile"] is not entry["compile"] for d in points)
+    assert all(d["params"]["shape"] is not v for d in points for v in sweep["params.shape"])
+    points[0]["params"]["shape"].append(9)
+    points[0]["compile"]["backend"] = "eager"
+    assert sweep["params.shape"] == [[8, 8], [16, 16]] and points[2]["params"]["shape"] == [8, 8]
+    assert entry["compile"]["backend"] == "inductor" and points[1]["compile"]["backend"] == "inductor"
+    assert all(d["timing"] is entry["timing"] for d in points)  # not swept: shared
+
+
 def test_expand_without_sweep_yields_the_entry_once():
     assert list(expand({"target": "seed.foo"}, {})) == [({}, {"target": "seed.foo"})]
 

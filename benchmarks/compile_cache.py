@@ -236,10 +236,11 @@ def cluster_runs(targets: Sequence[str] | None, quick: bool, tmp: Path, env: dic
     return served[0], served[1], failed
 
 
-# A compile in a fresh process with an empty local cache, timed in parts; argv: target, threads, blob path.
+# A compile in a fresh process with an empty local cache, timed in parts; argv: target, threads, blob path, and the
+# process's own empty cache directory.
 BREAKDOWN = """
-import json, os, sys, tempfile, time
-os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="breakdown-")
+import json, os, sys, time
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = sys.argv[4]
 import torch
 from torch._dynamo.utils import counters
 from torch._inductor import cpp_builder
@@ -281,9 +282,11 @@ def breakdown(target: str, threads: int, tmp: Path, env: dict[str, str]) -> list
     """``BREAKDOWN`` twice in fresh processes: a miss that saves the mega-cache, then a load and a hit."""
     blob = tmp / "breakdown.bin"
     runs = []
-    for _ in range(2):
+    for n in range(2):
+        cache = tmp / f"breakdown-{target}-{n}"  # empty: the caller's temporary folder goes with it
+        cache.mkdir()
         proc = subprocess.run(
-            [sys.executable, "-c", BREAKDOWN, target, str(threads), str(blob)],
+            [sys.executable, "-c", BREAKDOWN, target, str(threads), str(blob), str(cache)],
             cwd=ROOT,
             env={**env, "PYTHONPATH": str(ROOT)},
             capture_output=True,

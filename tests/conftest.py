@@ -11,6 +11,7 @@ server serves every S3 test (``s3_endpoint``).
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -25,8 +26,10 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local tests need no token
 # apart from any other compilebench process on the machine (set before Ray starts: workers inherit it).
 # Under pytest-xdist each worker process is a session of its own, with a Ray instance of its own: it gets its
 # own directory too, not the one its parent's import of this file chose.
+# Removed when the session ends (``pytest_sessionfinish``).
+_OWN_STATE_DIR = None
 if os.environ.get("PYTEST_XDIST_WORKER") or "COMPILEBENCH_STATE_DIR" not in os.environ:
-    os.environ["COMPILEBENCH_STATE_DIR"] = tempfile.mkdtemp(prefix="compilebench-tests-")
+    _OWN_STATE_DIR = os.environ["COMPILEBENCH_STATE_DIR"] = tempfile.mkdtemp(prefix="compilebench-tests-")
 
 # Inductor probes the CPU's vector instructions once per process, on its first CPU compile, by building a
 # test program with torch's headers for each instruction set the CPU reports (8-10 s of gcc on a 2-core
@@ -83,6 +86,13 @@ def ray_cluster() -> Any:
 def _leave_ray_at_the_end() -> Iterator[None]:
     yield
     SESSION_RAY.leave()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The state directory this process made goes (after the session's Ray and its workers: the last test's
+    teardown left it); also in pytest-xdist's controller, which made one on import and runs no test."""
+    if _OWN_STATE_DIR is not None:
+        shutil.rmtree(_OWN_STATE_DIR, ignore_errors=True)
 
 
 @contextmanager

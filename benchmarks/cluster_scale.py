@@ -128,7 +128,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         progress.stop()
         redraw_s = redraw_cost(progress)
         t2, cpu2 = time.perf_counter(), time.process_time()
-        report = write(plan.spec, journal.previous.with_results(ran), cluster, out)
+        report = write(plan.spec, journal.previous.with_results(ran), cluster, out, journaled=journal.text_of)
         report_s, report_cpu_s = time.perf_counter() - t2, time.process_time() - cpu2
     if profiler is not None:
         stats = io.StringIO()

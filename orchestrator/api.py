@@ -19,6 +19,7 @@ from orchestrator.plan.compile_cache import CompileCacheError, check_compile_cac
 from orchestrator.plan.paths import check_out
 from orchestrator.plan.spec import ALL_GPU_MODELS, Spec, SpecError, load_spec
 from orchestrator.report import Report, build_report, write_report
+from orchestrator.report.io import Journaled
 from orchestrator.store.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.store.storage import Location
 from orchestrator.store.traces import clear_traces
@@ -155,7 +156,7 @@ def run(
         # The report from the results the runner held as it journaled them, not the journal read back: reading
         # 100,000 results back took 4.3 s of validating lines written from these very objects
         # (benchmarks/cluster_scale.py); holding them costs no more at the end, about 1 GB more while the run lasts.
-        return write(plan.spec, journal.previous.with_results(ran), cluster, out, probes)
+        return write(plan.spec, journal.previous.with_results(ran), cluster, out, probes, journal.text_of)
 
 
 def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:
@@ -226,18 +227,24 @@ def default_working_dir(working_dir: str | Path | None, spec: Spec, address: str
 
 
 def write(
-    spec: Spec, journal: JournalContents, cluster: ClusterInfo, out: Location, probes: Sequence[Calibration] = ()
+    spec: Spec,
+    journal: JournalContents,
+    cluster: ClusterInfo,
+    out: Location,
+    probes: Sequence[Calibration] = (),
+    journaled: Journaled | None = None,
 ) -> Report:
     """The report: a function of the spec and the journal, each run once, in spec order (an
     experiment's replicates together). ``probes``: the devices calibrated in this run (those of
-    earlier, resumed results come with them); judged together, each result given its judged entry."""
+    earlier, resumed results come with them); judged together, each result given its judged entry.
+    ``journaled``: the text the run's journal holds of a result (``Journal.text_of``), written as it is."""
     order = report_order(spec.experiments)
     results = [journal.results[key] for key in order if key in journal.results]
     complete = len(results) == len(order)
     calibration, results = calibrated(results, probes)
     env = environment(cluster, results).model_copy(update={"calibration": calibration})
     report = build_report(spec.name, spec.source, results, env, complete=complete)
-    write_report(report, out)
+    write_report(report, out, journaled)
     return report
 
 

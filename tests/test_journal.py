@@ -171,3 +171,45 @@ def test_modification_times_as_stores_report_them():
     assert modified_time({"updated": "2026-03-01T12:00:00.000Z"}) == epoch  # gcsfs's raw field
     assert modified_time({"mtime": "not a time", "created": when}) == epoch
     assert modified_time({"size": 3}) is None
+
+
+@pytest.mark.parametrize("opened", ["resumed after a cut line", "overwritten"])
+def test_the_report_writes_each_result_as_the_journal_holds_it(tmp_path, opened):
+    """The text of each result this run wrote is read back from the journal (this very object only) and the
+    report written with it is the report dumped anew, byte for byte, also after a resume past a line cut short
+    and after an overwrite (the file's end moved)."""
+    import gzip
+
+    from orchestrator.report import write_report
+    from orchestrator.report.io import RESULT_JSON
+    from tests.report_data import mixed_report
+
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        journal.append(result("earlier"))
+    with path.open("a") as f:
+        f.write('{"experiment_id": "cut')
+    report = mixed_report()
+    kept = {"resume": opened != "overwritten", "overwrite": opened == "overwritten"}
+    with Journal(path, **kept) as journal:
+        for r in report.results:
+            journal.write(r)
+        journal.sync()
+        texts = [journal.text_of(r) for r in report.results]
+        assert texts == [RESULT_JSON.dump_json(r) for r in report.results]
+        assert journal.text_of(report.results[0].model_copy()) is None  # a copy may differ: dumped anew
+        earlier = journal.previous.results.get(("earlier", 0))
+        assert (earlier is not None) == (opened != "overwritten")
+        if earlier is not None:
+            assert journal.text_of(earlier) is None  # read back, not written by this run
+        asked: list[str] = []
+
+        def journaled(r: Result) -> bytes | None:
+            asked.append(r.experiment_id)
+            return journal.text_of(r)
+
+        write_report(report, tmp_path / "with.json.gz", journaled)
+    write_report(report, tmp_path / "anew.json.gz")
+    assert asked == [r.experiment_id for r in report.results]
+    assert gzip.open(tmp_path / "with.json.gz").read() == gzip.open(tmp_path / "anew.json.gz").read()
+    assert [r.experiment_id for r in read_journal(path).results.values()][-len(report.results) :] == asked

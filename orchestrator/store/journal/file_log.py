@@ -6,7 +6,8 @@ a time.
 The lock is ``flock``, exclusive and non-blocking: the kernel releases it when the process dies, even
 by SIGKILL, so a second run on the same ``--out`` is refused rather than interleaving lines, and a
 killed run never leaves a lock behind. A resumed run whose journal ends in a line cut short starts
-its own lines on a line of their own. Imports ``contents`` and ``reading`` of the package.
+its own lines on a line of their own. The text of each result written is found again by ``text_of``: the report
+of the run writes it as it is, not dumped a second time. Imports ``contents`` and ``reading`` of the package.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 from orchestrator.store.journal.contents import JournalContents, JournalError, refusal
 from orchestrator.store.journal.reading import read_journal
@@ -25,6 +27,9 @@ class FileLog:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # (experiment id, replicate) -> the result this process wrote, where its line starts, its length
+        self._written: dict[tuple[str, int], tuple[Result, int, int]] = {}
+        self._reader: BinaryIO | None = None
 
     def open(self, *, resume: bool, overwrite: bool) -> JournalContents:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -58,6 +63,7 @@ class FileLog:
             f.seek(size - 1)
             if f.read(1) != b"\n":  # a line cut short by a kill: new lines start on a line of their own
                 self._file.write(b"\n")
+                self._file.flush()  # every write reaches the file at once: its size is where the next line starts
         return contents
 
     def append(self, result: Result) -> None:
@@ -66,8 +72,21 @@ class FileLog:
 
     def write(self, result: Result) -> None:
         """Append ``result``'s line and hand it to the OS (it outlives this process; not the host)."""
-        self._file.write(result.model_dump_json().encode() + b"\n")
+        text = result.model_dump_json().encode()
+        start = os.fstat(self._file.fileno()).st_size  # every line is flushed as written: the file's end
+        self._file.write(text + b"\n")
         self._file.flush()
+        self._written[(result.experiment_id, result.replicate)] = (result, start, len(text))
+
+    def text_of(self, result: Result) -> bytes | None:
+        """The JSON text this process wrote of ``result`` (this very object), read back from the file; None for
+        any other result (one of an earlier run, a copy)."""
+        entry = self._written.get((result.experiment_id, result.replicate))
+        if entry is None or entry[0] is not result:
+            return None
+        if self._reader is None:
+            self._reader = self.path.open("rb")
+        return os.pread(self._reader.fileno(), entry[2], entry[1])
 
     def sync(self) -> None:
         """Make every line written so far durable (``fsync``)."""
@@ -77,3 +96,6 @@ class FileLog:
         if not self._file.closed and os.fstat(self._file.fileno()).st_size == 0:
             self.path.unlink(missing_ok=True)  # nothing was recorded (the cluster was unreachable…): leave no trace
         self._file.close()  # closing releases the lock
+        if self._reader is not None:
+            self._reader.close()
+        self._written.clear()

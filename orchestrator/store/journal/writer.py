@@ -48,6 +48,12 @@ class Journal:
         in groups: ``write`` each result as it arrives, ``sync`` once for the group."""
         self._log.write(result)
 
+    def text_of(self, result: Result) -> bytes | None:
+        """The JSON text of ``result`` as this run wrote it to a local journal (that very object: what
+        ``model_dump_json`` gave), for the report to write as it is; None for any other result, and for a journal
+        in a store."""
+        return self._log.text_of(result) if isinstance(self._log, FileLog) else None
+
     def sync(self) -> None:
         """Make every result written so far durable (a local journal's ``fsync``; a store's are)."""
         self._log.sync()

@@ -20,7 +20,7 @@ EAGER = {"backend": "eager"}  # what these tests schedule, not what inductor mak
 def sleepy(seed: int, **kw) -> Experiment:
     return Experiment(
         target="tests.user_targets:make_sleepy",
-        params={"ms": 40},
+        params={"ms": 4},
         compile={"backend": "eager"},
         timing={"warmup": 0, "repeats": 2},
         seed=seed,

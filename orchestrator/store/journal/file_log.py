@@ -86,7 +86,8 @@ class FileLog:
             return None
         if self._reader is None:
             self._reader = self.path.open("rb")
-        return os.pread(self._reader.fileno(), entry[2], entry[1])
+        text = os.pread(self._reader.fileno(), entry[2], entry[1])
+        return text if len(text) == entry[2] else None  # the file was cut behind this run's back: dumped anew
 
     def sync(self) -> None:
         """Make every line written so far durable (``fsync``)."""

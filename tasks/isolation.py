@@ -144,6 +144,19 @@ def claim_worker_cores(cpus: int | None) -> CoreClaim | None:
     return _claim
 
 
+def release_claim() -> None:
+    """Hand this process's core locks back now; the claim stays, no longer exclusive. For a worker about to be
+    replaced (``tasks.worker``): its last result is measured, and its replacement may start on the same cores
+    before this process has exited (``ray.kill`` returns first), which would find them taken and share."""
+    global _claim
+    if _claim is None or not _claim.locks:
+        return
+    for handle in _claim.locks:
+        handle.close()
+    _claim = CoreClaim(_claim.cores, False, _claim.owner)
+    os.environ[CLAIM_ENV] = json.dumps({"cores": list(_claim.cores), "exclusive": False, "owner": _claim.owner})
+
+
 def inherit_claim() -> CoreClaim | None:
     """Take the claim of the worker that started this process (``CLAIM_ENV``) as this process's
     own: pinned to the same cores, no lock taken (the worker holds them for as long as it lives,

@@ -19,7 +19,9 @@ the first experiment of a process; ``worker.experiments_before`` says how many r
 What a reset cannot give back (generated modules kept in ``sys.modules``, allocator arenas,
 cuDNN's autotuner cache) is bounded by replacing the worker: after ``max_experiments``, after
 its resident memory grew past ``max_rss_growth_mb``, or after a reset that raised (see
-``Worker`` and ``tasks.models.WorkerLimits``).
+``Worker`` and ``tasks.models.WorkerLimits``). A worker that asks to be replaced hands its cores' locks
+back with its last result (``tasks.isolation.release_claim``): its replacement may start on the same
+cores before this process has exited, and would otherwise find them taken and run without exclusive cores.
 
 Nothing here knows about Ray; ``orchestrator.execution.pool`` wraps a ``Worker`` in a Ray actor.
 """
@@ -40,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.failures import DIED
+from tasks.isolation import release_claim
 from tasks.models import FRESH_PROCESS_CACHES
 from tasks.reset import Baseline, reset
 from tasks.text import error_line
@@ -111,6 +114,7 @@ class Worker:
         why = self._reset() or self._over_limits(payload.get("worker") or {})
         if why is not None:
             result[RETIRE] = why
+            release_claim()  # its cores free for its replacement at once, not when this process has exited
         return self._calibrated(result)
 
     def _calibrated(self, result: dict[str, Any]) -> dict[str, Any]:

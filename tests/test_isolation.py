@@ -385,3 +385,41 @@ print(before, freed, resident_mb())
     before, freed, after = map(float, proc.stdout.split())
     assert freed > before - 64  # the steady heap kept what was freed...
     assert after < freed - 200  # ...until the reset gave it back
+
+
+def test_a_released_claim_frees_its_cores_and_is_no_longer_exclusive(state_dir, no_claim):
+    """What a worker about to be replaced does with its last result: its replacement, started before this
+    process exits, claims the same cores."""
+    from tasks.isolation import release_claim
+
+    allowed = sorted(os.sched_getaffinity(0))
+    claim = claim_worker_cores(len(allowed))
+    assert claim is not None and claim.exclusive and claim_cores(1, allowed, state_dir)[0] == []
+    release_claim()
+    taken, locks = claim_cores(len(allowed), allowed, state_dir)
+    assert taken == allowed  # every core free for the next worker
+    assert isolation._claim is not None and not isolation._claim.exclusive and isolation._claim.cores == claim.cores
+    assert json.loads(os.environ[CLAIM_ENV]) == {"cores": allowed, "exclusive": False, "owner": os.getpid()}
+    with isolate(cpus=len(allowed), cache="warm", slot="cpu") as iso:
+        assert iso.exclusive is False  # anything run after it says so
+    release_claim()  # twice: nothing more to hand back
+    for handle in locks:
+        handle.close()
+
+
+def test_a_worker_hands_its_cores_back_with_the_result_that_retires_it(state_dir, no_claim):
+    from tasks.worker import RETIRE, Worker
+
+    allowed = sorted(os.sched_getaffinity(0))
+    worker = Worker({"cpus": len(allowed), "limits": {"max_experiments": 2}})
+    payload = {"target": "seed.foo", "device": "cpu", "compile": {"backend": "eager"}, "timing": {"repeats": 2}}
+    first = worker.run(payload)
+    assert RETIRE not in first and first["measurement"]["exclusive_cores"]
+    assert claim_cores(1, allowed, state_dir)[0] == []  # held between experiments
+    last = worker.run({**payload, "seed": 1})
+    assert last[RETIRE] == "ran 2 experiments (max_experiments=2)"
+    assert last["status"] == "ok" and last["measurement"]["exclusive_cores"]  # measured while it held them
+    taken, locks = claim_cores(len(allowed), allowed, state_dir)
+    assert taken == allowed
+    for handle in locks:
+        handle.close()

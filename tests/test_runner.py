@@ -156,6 +156,9 @@ def test_a_worker_is_replaced_after_max_experiments_and_says_how_many_ran_before
     pids = [r.worker.pid for r in results]
     assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] and len(set(pids)) == 3
     assert [r.measurement.fresh_process for r in results] == [True, False, True, False, True]
+    # each replacement claimed the cores its predecessor handed back with its last result, though that
+    # process may not have exited yet (tasks.isolation.release_claim)
+    assert all(r.measurement.exclusive_cores for r in results), [r.measurement.exclusive_cores for r in results]
 
 
 def test_the_runs_limit_applies_where_an_experiment_sets_none(ray_cluster):
@@ -168,6 +171,7 @@ def test_the_runs_limit_applies_where_an_experiment_sets_none(ray_cluster):
     )
     assert [r.worker.experiments_before for r in results] == [0, 0, 0]
     assert len({r.worker.pid for r in results}) == 3
+    assert all(r.measurement.exclusive_cores for r in results)
 
 
 def test_a_reset_that_raises_keeps_the_result_and_replaces_the_worker(ray_cluster):

@@ -124,13 +124,13 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     values: dict[tuple[Any, ...], list[float]] = {}
     things: dict[tuple[Any, ...], int] = {}
     measured = Things()
-    keys: dict[str, str] = {}  # repr of params -> canonical JSON, made once per distinct params (as ``summarize``)
+    canonical: dict[str, str] = {}  # repr of params -> their canonical JSON, made once each (as ``summarize``)
     for r in report.results:
         found = metric_values(r)
         if not found:
             continue
         text = repr(r.params)
-        params = keys.get(text) or keys.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
+        params = canonical.get(text) or canonical.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
         model = device_model(r) or UNKNOWN_DEVICE
         gang = gang_label(r)  # a distributed result's series is its world size's
         config = r.config_label + (f" {gang}" if gang else "")

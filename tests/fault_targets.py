@@ -175,6 +175,15 @@ class StubWorker:
         }
 
 
+class RetiringStub(StubWorker):
+    """The stub executor asking to be replaced after every experiment, as a worker past its limits does."""
+
+    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
+        from tasks.worker import RETIRE
+
+        return {**super().run(payload), RETIRE: "asked"}
+
+
 SLOW_GPU = "1"  # the logical GPU whose probe CalibratedStub reports 10% slow
 
 

@@ -148,6 +148,56 @@ def test_a_sweep_returns_once_its_workers_have_exited_so_the_next_finds_their_co
     assert any(r.measurement.exclusive_cores for r in second)
 
 
+def test_a_worker_started_where_one_was_killed_waits_until_that_process_has_exited(ray_cluster, monkeypatch):
+    """A killed worker holds its cores' locks until its process is gone (``ray.kill`` returns first): the next
+    worker started on its node waits for that, on the driver's host. One that retired with a result has handed
+    its cores back (``tasks.worker``): nothing to wait for then, but the pool's shutdown still waits for it."""
+    from orchestrator.execution import pool as pool_module
+    from orchestrator.execution.events import Finished, Ready
+    from orchestrator.execution.policy import Start
+    from tests.fault_targets import RetiringStub
+
+    waited: list[tuple[list[int], list[int]]] = []  # (pids waited for, those still running when it returned)
+
+    wait_exited = pool_module.wait_exited
+
+    def recorded(pids, timeout_s):
+        running = wait_exited(pids, timeout_s)
+        waited.append((list(pids), running))
+        return running
+
+    monkeypatch.setattr(pool_module, "wait_exited", recorded)
+    node = ray_cluster.nodes[0].node_id
+    pool = pool_module.Pool(executor=RetiringStub)
+
+    def started(worker_id: int) -> int:
+        pool.start(Start(worker_id=worker_id, node_id=node, gpus=1, cpus=1, cores=1, gpu_model=None))
+        for _ in range(600):
+            ready = [e for e in pool.wait(0.1) if isinstance(e, Ready) and e.worker_id == worker_id]
+            if ready:
+                return ready[0].pid
+        raise AssertionError(f"worker {worker_id} never became ready")
+
+    try:
+        first = started(1)
+        pool.kill(1)
+        second = started(2)
+        assert waited[-1] == ([first], [])  # the second started once the first had gone
+        pool.submit(2, sleepy(400).model_dump(mode="json"))
+        finished = []
+        for _ in range(600):
+            finished += [e for e in pool.wait(0.1) if isinstance(e, Finished)]
+            if finished:
+                break
+        assert finished and finished[0].retire == "asked"
+        pool.kill(2)
+        started(3)
+        assert waited[-1] == ([], [])  # the retired one handed its cores back: not waited for
+    finally:
+        pool.shutdown()
+    assert second in waited[-1][0] and waited[-1][1] == []  # the shutdown waited for every process it killed
+
+
 def test_a_worker_is_replaced_after_max_experiments_and_says_how_many_ran_before(ray_cluster):
     experiments = [sleepy(200 + seed, device="cpu", worker={"max_experiments": 2}) for seed in range(5)]
     results = run_experiments(experiments, ray_cluster)

@@ -122,12 +122,21 @@ class Pool:
         self.calls: dict[ray.ObjectRef, tuple[int, str, int]] = {}  # pending call -> (worker id, method, rank)
         self.gangs: dict[int, Gang] = {}  # worker id -> the gang it is (``orchestrator.execution.gang``)
         self.pids: dict[int, int] = {}  # worker id -> its process, where it runs on this host (``shutdown`` waits)
+        # processes of this host killed by this pool, maybe not gone yet: those that may still hold their cores'
+        # locks, by node (``start`` waits for them), and all of them (``shutdown`` waits for them)
+        self.exiting: dict[str, list[int]] = {}
+        self.killed: list[int] = []
+        self.released: set[int] = set()  # workers that handed their cores back with a result that retired them
 
     def nodes(self) -> list[Node]:
         """The cluster's alive nodes now."""
         return describe().nodes
 
     def start(self, start: Start) -> None:
+        """Start a worker where ``start`` says, once the workers this pool killed on that node (those of this
+        host) have exited, for at most ``START_EXIT_WAIT_S``: a killed worker holds its cores' locks until its
+        process is gone, and a worker started meanwhile would find them taken and run without exclusive cores."""
+        wait_exited(self.exiting.pop(start.node_id, []), START_EXIT_WAIT_S)
         if start.ranks is not None:
             gang = Gang(start.worker_id, start, self.rank_executor, self.combine, self.limits, self.compile_cache)
             self.gangs[start.worker_id] = gang
@@ -199,6 +208,8 @@ class Pool:
         if DIED in value:
             return Died(worker_id, ErrorInfo.model_validate(value[DIED]), alive=True)
         retire = value.pop(RETIRE, None)
+        if retire is not None:  # it handed its cores back with this result (``tasks.worker``)
+            self.released.add(worker_id)
         return Finished(worker_id, value, retire=retire)
 
     def silent_ranks(self, worker_id: int) -> list[int]:
@@ -209,6 +220,12 @@ class Pool:
     def kill(self, worker_id: int) -> None:
         """Kill a worker now (its process and any fresh process it started; a gang's every rank and its
         placement group), forgetting its calls."""
+        pid, node_id = self.pids.get(worker_id), self.node_of.get(worker_id)
+        if pid is not None:
+            self.killed.append(pid)
+            if node_id is not None and worker_id not in self.released:
+                self.exiting.setdefault(node_id, []).append(pid)
+        self.released.discard(worker_id)
         actor = self._forget(worker_id)
         self.node_of.pop(worker_id, None)
         gang = self.gangs.pop(worker_id, None)
@@ -234,13 +251,17 @@ class Pool:
         holds its cores' locks until its process is gone (``tasks.isolation``), and ``ray.kill`` returns before
         it is, so a sweep started right after this one (a library user's next call, the next test) would find
         those cores taken and run without exclusive cores."""
-        local = list(self.pids.values())
         for worker_id in [*self.actors, *self.gangs]:
             self.kill(worker_id)
-        wait_exited(local, EXIT_WAIT_S)
+        wait_exited(self.killed, EXIT_WAIT_S)
+        self.exiting.clear()
+        self.killed.clear()
 
 
 EXIT_WAIT_S = 10.0  # the most ``Pool.shutdown`` waits for its killed workers' processes to exit
+# the most ``Pool.start`` waits for a node's killed workers to exit (it holds up the dispatch loop): a worker killed
+# by ``ray.kill`` (SIGKILL) is gone within milliseconds; one that is not by then is left, and the new one shares
+START_EXIT_WAIT_S = 2.0
 
 
 def wait_exited(pids: Sequence[int], timeout_s: float) -> list[int]:

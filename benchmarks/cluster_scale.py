@@ -57,6 +57,7 @@ from orchestrator.execution.cluster import ClusterInfo  # noqa: E402
 from orchestrator.execution.runner import run_experiments  # noqa: E402
 from orchestrator.plan.paths import check_out  # noqa: E402
 from orchestrator.plan.spec import load_spec  # noqa: E402
+from orchestrator.report.digest import Digests  # noqa: E402
 from orchestrator.report.io import REPORT_SUFFIX  # noqa: E402
 from orchestrator.report.progress import RunProgress  # noqa: E402
 from orchestrator.store.journal import Journal, journal_path  # noqa: E402
@@ -102,7 +103,10 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         progress = RunProgress(len(plan.todo), console_to_null())
         done: list[tuple[str, int]] = []
 
+        digests = Digests()  # as orchestrator.api.run works them out: as each result arrives
+
         def on_result(result: Any) -> None:
+            digests.add(result)
             progress.on_result(result)
             done.append((result.experiment_id, result.replicate))
             if args.phase == "kill" and len(done) >= len(spec.experiments) // 2:
@@ -128,7 +132,9 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
         progress.stop()
         redraw_s = redraw_cost(progress)
         t2, cpu2 = time.perf_counter(), time.process_time()
-        report = write(plan.spec, journal.previous.with_results(ran), cluster, out, journaled=journal.text_of)
+        report = write(
+            plan.spec, journal.previous.with_results(ran), cluster, out, journaled=journal.text_of, digested=digests.of
+        )
         report_s, report_cpu_s = time.perf_counter() - t2, time.process_time() - cpu2
     if profiler is not None:
         stats = io.StringIO()

@@ -19,7 +19,8 @@ from orchestrator.plan.compile_cache import CompileCacheError, check_compile_cac
 from orchestrator.plan.paths import check_out
 from orchestrator.plan.spec import ALL_GPU_MODELS, Spec, SpecError, load_spec
 from orchestrator.report import Report, build_report, write_report
-from orchestrator.report.io import Journaled
+from orchestrator.report.digest import Digests
+from orchestrator.report.io import Digested, Journaled
 from orchestrator.store.journal import Journal, JournalContents, JournalError, journal_path, read_journal
 from orchestrator.store.storage import Location
 from orchestrator.store.traces import clear_traces
@@ -135,13 +136,14 @@ def run(
         if on_start is not None:
             on_start(plan)
         probes: list[Calibration] = []
+        digests = Digests()  # each result's digest as it arrives, not 100,000 of them at the end
         try:
             with sigterm_as_interrupt():
                 ran = run_experiments(
                     plan.todo,
                     cluster,
                     journal=journal,
-                    on_result=on_result,
+                    on_result=digests.add if on_result is None else _both(digests.add, on_result),
                     report=out,
                     pending_timeout_s=pending,
                     start_timeout_s=worker_start_timeout_s,
@@ -156,7 +158,15 @@ def run(
         # The report from the results the runner held as it journaled them, not the journal read back: reading
         # 100,000 results back took 4.3 s of validating lines written from these very objects
         # (benchmarks/cluster_scale.py); holding them costs no more at the end, about 1 GB more while the run lasts.
-        return write(plan.spec, journal.previous.with_results(ran), cluster, out, probes, journal.text_of)
+        return write(plan.spec, journal.previous.with_results(ran), cluster, out, probes, journal.text_of, digests.of)
+
+
+def _both(first: OnResult, then: OnResult) -> OnResult:
+    def each(result: Result) -> None:
+        first(result)
+        then(result)
+
+    return each
 
 
 def make_plan(spec: Spec, cluster: ClusterInfo, previous: JournalContents) -> RunPlan:
@@ -233,18 +243,20 @@ def write(
     out: Location,
     probes: Sequence[Calibration] = (),
     journaled: Journaled | None = None,
+    digested: Digested | None = None,
 ) -> Report:
     """The report: a function of the spec and the journal, each run once, in spec order (an
     experiment's replicates together). ``probes``: the devices calibrated in this run (those of
     earlier, resumed results come with them); judged together, each result given its judged entry.
-    ``journaled``: the text the run's journal holds of a result (``Journal.text_of``), written as it is."""
+    ``journaled``: the text the run's journal holds of a result (``Journal.text_of``), written as it is;
+    ``digested``: its digest worked out as it arrived (``Digests.of``)."""
     order = report_order(spec.experiments)
     results = [journal.results[key] for key in order if key in journal.results]
     complete = len(results) == len(order)
     calibration, results = calibrated(results, probes)
     env = environment(cluster, results).model_copy(update={"calibration": calibration})
     report = build_report(spec.name, spec.source, results, env, complete=complete)
-    write_report(report, out, journaled)
+    write_report(report, out, journaled, digested)
     return report
 
 

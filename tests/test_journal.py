@@ -175,12 +175,13 @@ def test_modification_times_as_stores_report_them():
 
 @pytest.mark.parametrize("opened", ["resumed after a cut line", "overwritten"])
 def test_the_report_writes_each_result_as_the_journal_holds_it(tmp_path, opened):
-    """The text of each result this run wrote is read back from the journal (this very object only) and the
-    report written with it is the report dumped anew, byte for byte, also after a resume past a line cut short
-    and after an overwrite (the file's end moved)."""
+    """The text of each result this run wrote is read back from the journal (this very object only), its digest
+    is the one worked out as it arrived, and the report written with them is the report made anew, byte for
+    byte, also after a resume past a line cut short and after an overwrite (the file's end moved)."""
     import gzip
 
     from orchestrator.report import write_report
+    from orchestrator.report.digest import Digest, Digests, digest
     from orchestrator.report.io import RESULT_JSON
     from tests.report_data import mixed_report
 
@@ -208,7 +209,19 @@ def test_the_report_writes_each_result_as_the_journal_holds_it(tmp_path, opened)
             asked.append(r.experiment_id)
             return journal.text_of(r)
 
-        write_report(report, tmp_path / "with.json.gz", journaled)
+        digests = Digests()  # as a run works them out, each result as it arrives
+        for r in report.results:
+            digests.add(r)
+        assert digests.of(report.results[0]) == digest(report.results[0])
+        assert digests.of(report.results[0].model_copy()) is None  # another object: worked out anew
+        given: list[str] = []
+
+        def digested(r: Result) -> Digest | None:
+            given.append(r.experiment_id)
+            return digests.of(r)
+
+        write_report(report, tmp_path / "with.json.gz", journaled, digested)
+        assert given == asked
     write_report(report, tmp_path / "anew.json.gz")
     assert asked == [r.experiment_id for r in report.results]
     written = (gzip.decompress((tmp_path / name).read_bytes()) for name in ("with.json.gz", "anew.json.gz"))

@@ -144,6 +144,22 @@ def digest(r: Result) -> Digest:
     )
 
 
+class Digests:
+    """Each result's digest worked out as the result arrives (``add``: a run's results, as they come back), so
+    that the report written at the run's end does not work out 100,000 of them at once; ``of`` gives the digest
+    of that very object, None for any other (a copy, a result read back from an earlier run's journal)."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[tuple[str, int], tuple[Result, Digest]] = {}
+
+    def add(self, result: Result) -> None:
+        self._by_run[(result.experiment_id, result.replicate)] = (result, digest(result))
+
+    def of(self, result: Result) -> Digest | None:
+        entry = self._by_run.get((result.experiment_id, result.replicate))
+        return entry[1] if entry is not None and entry[0] is result else None
+
+
 class GateColumns(BaseModel):
     """The digest columns the gate reads (``skim.load_glance``): each a list in result order, all of one length;
     the page's (``PAGE_FIELDS``) are skipped as they are parsed (``DigestColumns`` validates them too)."""

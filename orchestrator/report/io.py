@@ -24,6 +24,7 @@ from isal import igzip, igzip_threaded, isal_zlib
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.report.digest import (
+    Digest,
     columns,
     digest,
 )
@@ -80,18 +81,21 @@ def write_atomic_bytes(path: str | Path, data: bytes | Iterable[bytes]) -> None:
         write_file_atomic(where, data)
 
 
-def write_report(report: Report, path: str | Path, journaled: Journaled | None = None) -> None:
+def write_report(
+    report: Report, path: str | Path, journaled: Journaled | None = None, digested: Digested | None = None
+) -> None:
     """Write ``report`` to ``path``, then its history file beside it (``history_path``).
 
     A name ending ``.gz``: compact JSON, gzip-compressed, each result serialised and compressed in turn (the
     text of 100,000 results is never held whole); any other name: JSON indented by 2, as people read it.
     ``journaled``: a result's compact JSON text as the run's journal holds it (``Journal.text_of``), written as
-    it is instead of dumped again (a fifth of writing 100,000 results); None where it has none.
+    it is instead of dumped again (a fifth of writing 100,000 results); None where it has none. ``digested``: a
+    result's digest worked out as it arrived (``digest.Digests.of``), likewise.
     """
     compressed = str(path).endswith(".gz")
     with collector_paused():  # the text of every result, then its points, made at once: none of it garbage
         if compressed:
-            data = _compressed(report, journaled or _none)
+            data = _compressed(report, journaled or _none, digested or _none)
         else:
             data = bytes(report.model_dump_json(indent=2) + "\n", "utf-8")
         write_atomic_bytes(path, data)
@@ -107,15 +111,17 @@ def history_path(path: str | Path) -> Location:
     return join(parent(where), history_name(name_of(where)))
 
 
-# A result's compact JSON text (``RESULT_JSON``'s) where one is at hand already (``write_report``), else None.
+# A result's compact JSON text (``RESULT_JSON``'s), and its digest, where one is at hand already (``write_report``),
+# else None.
 Journaled = Callable[[Result], bytes | None]
+Digested = Callable[[Result], Digest | None]
 
 
 def _none(result: Result) -> None:
     return None
 
 
-def _compressed(report: Report, journaled: Journaled) -> bytes:
+def _compressed(report: Report, journaled: Journaled, digested: Digested) -> bytes:
     """The report as compact JSON (``Report.model_dump_json``'s text, field for field), gzip-compressed: on the
     first line every field but the summary and the results (kilobytes); on the second the summary; on the
     third the results' digests (``DIGESTS_OPEN``, ``DigestColumns``) and the results' opening
@@ -130,7 +136,9 @@ def _compressed(report: Report, journaled: Journaled) -> bytes:
         summary = report.model_dump_json(include={"summary"})  # a line of its own: 100 MB at 100,000 groups
         out.write(bytes(",\n" + summary[1:-1], "utf-8"))
         del summary
-        digests = DIGEST_JSON.dump_json(columns([digest(r) for r in report.results]))  # as DigestColumns reads them
+        made = [digested(r) or digest(r) for r in report.results]
+        digests = DIGEST_JSON.dump_json(columns(made))  # as DigestColumns reads them
+        del made
         out.write(b",\n" + DIGESTS_OPEN + digests + b"," + RESULTS_OPEN)
         del digests
         last = len(report.results) - 1

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.big_spec import spec_of  # noqa: E402
 from benchmarks.simulated_cluster import Scenario, SimPool  # noqa: E402
-from orchestrator.api import DEFAULT_PENDING_TIMEOUT_S, make_plan, settled_heap, write  # noqa: E402
+from orchestrator.api import DEFAULT_PENDING_TIMEOUT_S, make_plan, settled_journal, write  # noqa: E402
 from orchestrator.execution.cluster import ClusterInfo  # noqa: E402
 from orchestrator.execution.runner import run_experiments  # noqa: E402
 from orchestrator.plan.paths import check_out  # noqa: E402
@@ -60,7 +60,7 @@ from orchestrator.plan.spec import load_spec  # noqa: E402
 from orchestrator.report.digest import Digests  # noqa: E402
 from orchestrator.report.io import REPORT_SUFFIX  # noqa: E402
 from orchestrator.report.progress import RunProgress  # noqa: E402
-from orchestrator.store.journal import Journal, journal_path  # noqa: E402
+from orchestrator.store.journal import journal_path  # noqa: E402
 
 CPU_GOAL_MS = 1.0  # driver CPU per completed experiment (issue 28)
 RSS_GOAL_MB = 2048.0  # peak driver RSS at 100,000 experiments
@@ -89,7 +89,7 @@ def drive(args: argparse.Namespace) -> dict[str, Any]:
     pool = SimPool(scenario)
     cluster = ClusterInfo(address="simulated", nodes=pool.nodes())
     t1 = time.perf_counter()
-    with Journal(journal_path(out), resume=args.phase == "resume") as journal, settled_heap():
+    with settled_journal(journal_path(out), resume=args.phase == "resume") as journal:
         journal_read_s, journal_read_cpu_s = time.perf_counter() - t1, time.process_time() - cpu0 - load_cpu_s
         plan = make_plan(spec, cluster, journal.previous)
         syncs = [0]

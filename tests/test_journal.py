@@ -227,3 +227,38 @@ def test_the_report_writes_each_result_as_the_journal_holds_it(tmp_path, opened)
     written = (gzip.decompress((tmp_path / name).read_bytes()) for name in ("with.json.gz", "anew.json.gz"))
     assert next(written) == next(written)
     assert [r.experiment_id for r in read_journal(path).results.values()][-len(report.results) :] == asked
+
+
+def test_a_run_freezes_the_results_it_read_before_the_collector_walks_them(tmp_path):
+    """``settled_journal``: a resumed journal's results are read and then frozen with the rest of the process
+    (left out of cyclic collection while the run lasts), with no collection in between; the collector runs
+    again after, and a refused journal leaves it as it was."""
+    import gc
+
+    from orchestrator.api import settled_journal
+
+    path = tmp_path / "r.journal.jsonl"
+    with Journal(path) as journal:
+        for n in range(2000):  # enough allocations to set off a collection as soon as the collector may run
+            journal.write(result(f"e{n}"))
+        journal.sync()
+    collections: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(info["generation"])
+
+    frozen = gc.get_freeze_count()
+    gc.callbacks.append(seen)
+    try:
+        with settled_journal(path, resume=True) as journal:
+            read = list(collections)
+            assert len(journal.previous.results) == 2000
+            assert gc.isenabled() and gc.get_freeze_count() > frozen + 2000
+    finally:
+        gc.callbacks.remove(seen)
+    assert read == []  # none from the reading to the freeze
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
+    with pytest.raises(JournalError), settled_journal(path):  # neither resume nor overwrite: refused, as run is
+        pass
+    assert gc.isenabled()

@@ -7,6 +7,7 @@ In this process, claims take every allowed core, which changes no thread's mask.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -412,6 +413,7 @@ def test_a_worker_hands_its_cores_back_with_the_result_that_retires_it(state_dir
 
     allowed = sorted(os.sched_getaffinity(0))
     worker = Worker({"cpus": len(allowed), "limits": {"max_experiments": 2}})
+    gc.unfreeze()  # what a worker freezes for its life (``Worker``): this process is the test's, not a worker's
     payload = {"target": "seed.foo", "device": "cpu", "compile": {"backend": "eager"}, "timing": {"repeats": 2}}
     first = worker.run(payload)
     assert RETIRE not in first and first["measurement"]["exclusive_cores"]

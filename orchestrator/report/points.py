@@ -10,7 +10,6 @@ A history file is plain JSON (``ReportPoints``), its points in columns, so that 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from typing import Any, Final, Literal
@@ -18,7 +17,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.report.models import Report, gang_label
-from orchestrator.report.summary import UNKNOWN_DEVICE, device_model, valid_timing
+from orchestrator.report.summary import UNKNOWN_DEVICE, ParamsText, device_model, valid_timing
 from tasks.models import Phase, Precision, Result
 
 Metric = Literal["speedup", "eager_ms", "compiled_ms", "compile_s_cold", "compile_s_warm", "compile_s_shared"]
@@ -124,13 +123,12 @@ def report_points(report: Report, name: str, size: int = 0) -> ReportPoints:
     values: dict[tuple[Any, ...], list[float]] = {}
     things: dict[tuple[Any, ...], int] = {}
     measured = Things()
-    canonical: dict[str, str] = {}  # repr of params -> their canonical JSON, made once each (as ``summarize``)
+    params_text = ParamsText()
     for r in report.results:
         found = metric_values(r)
         if not found:
             continue
-        text = repr(r.params)
-        params = canonical.get(text) or canonical.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
+        params = params_text(r.params)
         model = device_model(r) or UNKNOWN_DEVICE
         gang = gang_label(r)  # a distributed result's series is its world size's
         config = r.config_label + (f" {gang}" if gang else "")

@@ -12,7 +12,7 @@ import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, get_args
+from typing import Any, NamedTuple, Protocol, get_args
 
 from orchestrator.report.decision import cold_twins, compile_latencies, decide
 from orchestrator.report.models import (
@@ -75,6 +75,18 @@ def valid_timing(result: Timed) -> bool:
     return result.status == "ok" and bool(result.speedup) and not result.recompiled
 
 
+class ParamsText:
+    """Params as canonical JSON (sorted keys), made once per distinct params: keyed on their ``repr`` (equal
+    text is equal loaded data), since a sweep's results repeat the same few params thousands of times."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, str] = {}
+
+    def __call__(self, params: dict[str, Any]) -> str:
+        text = repr(params)
+        return self._made.get(text) or self._made.setdefault(text, json.dumps(params, sort_keys=True, default=str))
+
+
 def summarize(results: Sequence[Result]) -> Summary:
     """Counts by status; per group the best configuration; per device model the geometric means.
 
@@ -110,11 +122,10 @@ def summarize(results: Sequence[Result]) -> Summary:
         for r in results
         if r.recompiled
     ]
-    keys: dict[str, str] = {}  # repr of params -> canonical JSON, computed once per distinct params
+    params_text = ParamsText()
     groups: dict[tuple[str, str, str, str, str, str | None, str | None], _GroupData] = {}
     for r, model in zip(results, _device_models(results), strict=True):
-        text = repr(r.params)
-        params = keys.get(text) or keys.setdefault(text, json.dumps(r.params, sort_keys=True, default=str))
+        params = params_text(r.params)
         traffic = traffic_label(r.traffic)  # a replay measures its traffic, not one shape: a group of its own
         gang = gang_label(r)  # a distributed experiment at each world size: a group of its own
         key = (model, r.target, params, r.phase, r.precision, traffic, gang)

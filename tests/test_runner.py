@@ -135,13 +135,21 @@ def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
             assert set(a.measurement.cores).isdisjoint(b.measurement.cores)
 
 
-def test_a_sweep_returns_once_its_workers_have_exited_so_the_next_finds_their_cores_free(ray_cluster):
+def test_a_sweep_returns_once_its_workers_have_exited_so_the_next_finds_their_cores_free(ray_cluster, tmp_path):
     """A worker holds its cores' locks until its process is gone, and ``ray.kill`` returns before it is: a sweep
     returns once its workers on this host have exited (``Pool.shutdown``), and the next sweep's workers claim
-    those cores."""
+    those cores. The first sweep's experiments meet in their factory, so each GPU's worker runs one."""
     from orchestrator.execution.pool import wait_exited
 
-    first = run_experiments([sleepy(300 + seed) for seed in range(RAY_GPUS)], ray_cluster)
+    barrier = {"folder": str(tmp_path / "barrier"), "parties": RAY_GPUS}
+    first = run_experiments(
+        [
+            Experiment(target="tests.fault_targets:make_barrier", params=barrier, compile=EAGER, seed=300 + seed)
+            for seed in range(RAY_GPUS)
+        ],
+        ray_cluster,
+    )
+    assert all(r.status == "ok" for r in first), [r.error for r in first]
     pids = {r.worker.pid for r in first}
     assert len(pids) == RAY_GPUS and wait_exited(sorted(pids), 0) == []  # none still running as the sweep returns
     second = run_experiments([sleepy(310 + seed) for seed in range(RAY_GPUS)], ray_cluster)

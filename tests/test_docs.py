@@ -217,10 +217,13 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
 def test_readme_keeps_the_two_set_up_commands_first() -> None:
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     assert blocks[0].strip() == (
-        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 -e . "
-        "&& compilebench run examples/seed.yaml --out seed-report.json"
+        "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 uv "
+        "&& uv pip install --compile-bytecode -e . && compilebench run examples/seed.yaml --out seed-report.json"
     )
     ci = (ROOT / ".ci" / "run").read_text()
     assert blocks[1].strip() in ci, "CI runs the README's test command"
     assert "mkdocs build --strict" in blocks[1]
+    # pip takes torch from the machine's pip configuration (a local CPU build here); uv, which does not read it,
+    # installs the rest and keeps that torch; both compile bytecode (PYTHONDONTWRITEBYTECODE is set on our machines)
+    assert "pip install torch==2.13.0 uv && uv pip install --compile-bytecode -e '.[dev,docs]'" in blocks[1]
     assert f"mkdocs build --strict && {SITE_ENV}=site pytest" in blocks[1]  # the tests read that build

@@ -206,7 +206,9 @@ def cluster_runs(targets: Sequence[str] | None, quick: bool, tmp: Path, env: dic
     from ray.cluster_utils import Cluster
 
     shared = tmp / "cluster-shared"
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    from orchestrator.execution.cluster import LOCAL_SYSTEM_CONFIG
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "_system_config": LOCAL_SYSTEM_CONFIG})
     served, failed = [], []
     try:
         for model in NODE_MODELS:

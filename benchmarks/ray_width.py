@@ -41,7 +41,7 @@ import ray  # noqa: E402
 
 from benchmarks.overhead import Run, experiments, run_peer  # noqa: E402
 from benchmarks.own_state import in_own_state  # noqa: E402
-from orchestrator.execution.cluster import describe  # noqa: E402
+from orchestrator.execution.cluster import LOCAL_SYSTEM_CONFIG, describe  # noqa: E402
 from orchestrator.execution.runner import run_experiments  # noqa: E402
 from orchestrator.store.journal import Journal  # noqa: E402
 
@@ -148,7 +148,12 @@ def main() -> None:
     from ray.cluster_utils import Cluster
 
     began, floor_bytes = time.perf_counter(), args.floor_gb * GB
-    head = {"num_cpus": 0, "num_gpus": 0, "object_store_memory": OBJECT_STORE_BYTES}
+    head = {
+        "num_cpus": 0,
+        "num_gpus": 0,
+        "object_store_memory": OBJECT_STORE_BYTES,
+        "_system_config": LOCAL_SYSTEM_CONFIG,  # workers at niceness 0, as compilebench's local instance starts them
+    }
     cluster = Cluster(initialize_head=True, head_node_args=head)
     ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.ERROR)
     rows: list[str] = []

@@ -114,6 +114,9 @@ class Measurement(Lean):
     cudagraphs_used: bool | None = None  # reduce-overhead: whether inductor really replayed CUDA graphs
     cudagraph_skips: list[str] = Field(default_factory=list)  # why inductor skipped them, if it did
     inputs_mutated: bool = False  # the target mutates its inputs: fresh copies before each call, untimed
+    # the measuring thread's scheduling niceness: Ray starts its workers at 15 unless its config says otherwise
+    # (``worker_niceness``), and such a worker gets about 1/30 of a core that a process at 0 also wants
+    niceness: int | None = None
 
 
 class Calibration(Lean):

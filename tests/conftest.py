@@ -109,7 +109,12 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
     from ray.cluster_utils import Cluster
 
     SESSION_RAY.leave()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": head_cpus})
+    from orchestrator.execution.cluster import LOCAL_SYSTEM_CONFIG
+
+    # workers at niceness 0 on every node, as on a local instance (the head's system config reaches them all)
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": head_cpus, "_system_config": LOCAL_SYSTEM_CONFIG}
+    )
     try:
         for args in nodes:
             cluster.add_node(**args)

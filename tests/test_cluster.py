@@ -259,6 +259,7 @@ def test_all_runs_once_on_each_model_of_a_multinode_cluster(write_spec, tmp_path
         report = api.run(spec, tmp_path / "r.json")
     assert [(r.gpu_model, r.status) for r in report.results] == [("A10G", "ok"), ("H100", "ok")]
     assert all(r.worker and r.worker.gpu_model == r.gpu_model for r in report.results)
+    assert all(r.measurement and r.measurement.niceness == 0 for r in report.results)  # the head's config reached both
     models = sorted(m for n in report.environment.nodes for m in n.gpu_models)
     assert models == ["A10G", "H100"] and len(report.environment.nodes) == 3
     assert report.complete and report.environment.warnings == []

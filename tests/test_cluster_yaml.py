@@ -66,7 +66,17 @@ def test_token_authentication_stays_on_for_every_node():
     assert CONFIG["file_mounts"]["~/.ray/auth_token"] == "~/.ray/auth_token"
     for key in ("head_start_ray_commands", "worker_start_ray_commands"):
         starts = [c for c in CONFIG[key] if "ray start" in c]
-        assert starts and all("RAY_AUTH_MODE=token ray start" in c for c in starts), key
+        assert starts and all("RAY_AUTH_MODE=token RAY_worker_niceness=0 ray start" in c for c in starts), key
+
+
+def test_every_node_starts_its_workers_at_niceness_0_as_a_local_instance_does():
+    """Ray's default (15) gives a worker about 1/30 of a core that another process wants: the timing worker."""
+    from orchestrator.execution.cluster import LOCAL_SYSTEM_CONFIG
+
+    assert LOCAL_SYSTEM_CONFIG["worker_niceness"] == 0
+    for key in ("head_start_ray_commands", "worker_start_ray_commands"):
+        starts = [c for c in CONFIG[key] if "ray start" in c]
+        assert all(f"RAY_worker_niceness={LOCAL_SYSTEM_CONFIG['worker_niceness']} " in c for c in starts), key
 
 
 def commands(text: str) -> list[list[str]]:

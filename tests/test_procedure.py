@@ -332,3 +332,24 @@ def test_when_a_worker_is_replaced_is_not_part_of_an_experiments_identity():
     plain = Experiment(target="seed.foo")
     assert Experiment(target="seed.foo", worker={"max_experiments": 5}).id == plain.id
     assert Experiment(target="seed.foo", seed=1).id != plain.id
+
+
+def test_the_measurement_records_the_niceness_of_the_thread_that_timed():
+    """Ray starts its workers at niceness 15 unless told otherwise: a result says at which niceness it was timed.
+    Raising a thread's niceness needs no privilege, and on Linux it is the thread's alone."""
+    import os
+    import threading
+
+    small = Experiment(target="seed.foo", params={"shape": [4]}, compile={"backend": "eager"}, timing={"repeats": 1})
+    found: list[object] = []
+
+    def nicer() -> None:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 7)
+        found.append(run_experiment(small))
+
+    thread = threading.Thread(target=nicer)
+    thread.start()
+    thread.join()
+    (result,) = found
+    assert result.status == "ok" and result.measurement.niceness == 7
+    assert run_experiment(small).measurement.niceness == os.getpriority(os.PRIO_PROCESS, 0)

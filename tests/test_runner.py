@@ -126,6 +126,7 @@ def test_cpu_experiments_own_the_nodes_cores(ray_cluster):
 def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
     results = run_experiments([sleepy(100 + seed) for seed in range(4)], ray_cluster)
     assert all(r.status == "ok" for r in results)
+    assert all(r.measurement.niceness == 0 for r in results)  # not Ray's 15 (cluster.LOCAL_SYSTEM_CONFIG)
     exclusive = [r for r in results if r.measurement.exclusive_cores]
     assert exclusive, "at least one task found a free core"
     assert all(len(r.measurement.cores) == 1 and r.worker.threads == 1 for r in exclusive)

@@ -47,8 +47,19 @@ class Closed(Lean):
     def __eq__(self, other: object) -> bool:
         """Itself without comparing a field: an experiment that leaves a part out holds the one shared default
         (``shared_default``), and ``Experiment.id`` compares every part with its default (400,000 comparisons for
-        100,000 experiments)."""
-        return other is self or super().__eq__(other)
+        100,000 experiments). Another of the same class: closed (no extra fields) and without private attributes,
+        so its fields are its ``__dict__`` less what is no field (a cached property): pydantic's own comparison
+        without its checks for generics, extras and private attributes, half its time."""
+        if other is self:
+            return True
+        if type(other) is type(self) and not self.__private_attributes__:
+            mine, theirs = self.__dict__, other.__dict__
+            if mine == theirs:
+                return True
+            fields = type(self).__pydantic_fields__.keys()
+            if mine.keys() <= fields and theirs.keys() <= fields:
+                return False
+        return super().__eq__(other)
 
 
 class CompileConfig(Closed):

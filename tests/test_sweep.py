@@ -77,16 +77,18 @@ def test_expand_copies_each_swept_path_and_leaves_the_entry_as_it_was():
     """A point's mapping is the entry's, copied along the swept paths: the entry, the sweep's values and the other
     points never change through one point's mapping; what no path changes is shared (read only)."""
     entry = {"target": "seed.foo", "compile": {"backend": "inductor", "options": {"a": 1}}, "timing": {"warmup": 2}}
-    sweep = {"compile.mode": ["default", "lite"], "params.shape": [[8, 8], [16, 16]]}
+    # two paths under compile: one copy of it a point, holding both values
+    sweep = {"compile.mode": ["default", "lite"], "params.shape": [[8, 8], [16, 16]], "compile.fullgraph": [True]}
     before = deep_merge({}, entry)
     points = [data for _, data in expand(entry, sweep)]
-    assert [(d["compile"]["mode"], d["params"]["shape"]) for d in points] == [
-        ("default", [8, 8]),
-        ("default", [16, 16]),
-        ("lite", [8, 8]),
-        ("lite", [16, 16]),
+    assert [(d["compile"]["mode"], d["params"]["shape"], d["compile"]["fullgraph"]) for d in points] == [
+        ("default", [8, 8], True),
+        ("default", [16, 16], True),
+        ("lite", [8, 8], True),
+        ("lite", [16, 16], True),
     ]
-    assert entry == before and "mode" not in entry["compile"] and "params" not in entry
+    assert entry == before and "mode" not in entry["compile"] and "fullgraph" not in entry["compile"]
+    assert "params" not in entry
     assert len({id(d["compile"]) for d in points}) == 4 and all(d["compile"] is not entry["compile"] for d in points)
     assert all(d["params"]["shape"] is not v for d in points for v in sweep["params.shape"])
     points[0]["params"]["shape"].append(9)
@@ -98,6 +100,19 @@ def test_expand_copies_each_swept_path_and_leaves_the_entry_as_it_was():
 
 def test_expand_without_sweep_yields_the_entry_once():
     assert list(expand({"target": "seed.foo"}, {})) == [({}, {"target": "seed.foo"})]
+
+
+def test_spec_models_compare_by_their_fields_alone():
+    """``Closed.__eq__``'s short cut gives what pydantic's comparison gives: equal fields are equal, whatever else
+    one of them holds (a cached id); another class, or other fields, are not."""
+    from tasks.experiment import CompileConfig, TimingConfig
+
+    a, b = Experiment(target="seed.foo", seed=1), Experiment(target="seed.foo", seed=1)
+    assert a.id and "id" in a.__dict__ and "id" not in b.__dict__  # only a has worked its id out
+    assert a == b and b == a and a == a
+    assert a != Experiment(target="seed.foo", seed=2) and a != "seed.foo"
+    assert CompileConfig(mode="lite") == CompileConfig(mode="lite") != CompileConfig()
+    assert CompileConfig() != TimingConfig() and (CompileConfig() == object()) is False
 
 
 def test_ids_are_stable_and_canonical():

@@ -350,6 +350,8 @@ def _own_timing_wins(data: dict[str, Any], entry: dict[str, Any], point: dict[st
     own |= {path.split(".", 1)[1] for path in point if path.startswith("timing.")}
     if isinstance(point.get("timing"), dict):
         own |= set(point["timing"])
+    if not own:  # every setting from defaults: nothing of the experiment's own to win
+        return data
     for count, budget in TIMING_SPELLINGS:
         for mine, inherited in ((count, budget), (budget, count)):
             if mine in own and inherited not in own and inherited in timing:

@@ -75,15 +75,18 @@ def split_path(path: str, model: type[BaseModel] = Experiment) -> list[str]:
     return parts
 
 
-def _set(data: dict[str, Any], keys: list[str], value: Any) -> None:
+def _set(data: dict[str, Any], keys: list[str], value: Any, copied: set[int]) -> None:
     """``value`` (a copy) at ``keys`` of ``data``, each mapping on the way a copy of its own: ``data`` shares the
-    rest with the entry it was copied from."""
+    rest with the entry it was copied from. ``copied``: the ids of the mappings this point already copied (two
+    paths under ``compile`` copy it once)."""
     *parents, leaf = keys
     for part in parents:
         child = data.get(part)
-        child = data[part] = dict(child) if isinstance(child, dict) else {}
+        if not (isinstance(child, dict) and id(child) in copied):
+            child = data[part] = dict(child) if isinstance(child, dict) else {}
+            copied.add(id(child))
         data = child
-    data[leaf] = _copy(value)
+    data[leaf] = value if type(value) in _SCALARS else _copy(value)
 
 
 def expand(entry: Mapping[str, Any], sweep: Mapping[str, list[Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
@@ -94,9 +97,13 @@ def expand(entry: Mapping[str, Any], sweep: Mapping[str, list[Any]]) -> Iterator
     keys = [split_path(p) for p in paths]  # once per sweep, not once per point
     for values in itertools.product(*(sweep[p] for p in paths)):
         data = dict(entry)
+        copied: set[int] = set()
         for key, value in zip(keys, values, strict=True):
-            _set(data, key, value)
+            _set(data, key, value, copied)
         yield dict(zip(paths, values, strict=True)), data
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})  # loaded values that need no copy
 
 
 def _copy(value: Any) -> Any:

@@ -137,11 +137,14 @@ def claim_worker_cores(cpus: int | None) -> CoreClaim | None:
         allowed = sorted(os.sched_getaffinity(0))
         cores, locks = claim_cores(cpus, allowed, state_root())
         _claim = CoreClaim(tuple(cores or allowed), bool(cores), os.getpid(), tuple(locks))
-        os.environ[CLAIM_ENV] = json.dumps(
-            {"cores": list(_claim.cores), "exclusive": _claim.exclusive, "owner": _claim.owner}
-        )
+        _publish(_claim)
         pin(_claim.cores)
     return _claim
+
+
+def _publish(claim: CoreClaim) -> None:
+    """``claim`` in ``CLAIM_ENV``, for the processes this one starts from now on (``inherit_claim``)."""
+    os.environ[CLAIM_ENV] = json.dumps({"cores": list(claim.cores), "exclusive": claim.exclusive, "owner": claim.owner})
 
 
 def release_claim() -> None:
@@ -154,7 +157,7 @@ def release_claim() -> None:
     for handle in _claim.locks:
         handle.close()
     _claim = CoreClaim(_claim.cores, False, _claim.owner)
-    os.environ[CLAIM_ENV] = json.dumps({"cores": list(_claim.cores), "exclusive": False, "owner": _claim.owner})
+    _publish(_claim)
 
 
 def inherit_claim() -> CoreClaim | None:

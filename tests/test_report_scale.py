@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -23,10 +24,10 @@ from typer.testing import CliRunner
 import orchestrator.report.history as history_module
 from orchestrator.cli import app
 from orchestrator.plan.listing import SCREENFUL
-from orchestrator.report import SCHEMA_VERSION, Report, read, write_report
+from orchestrator.report import SCHEMA_VERSION, Report, ReportError, read, write_report
 from orchestrator.report.compare import Thresholds, as_json, compare
 from orchestrator.report.digest import DigestColumns, digest, glance
-from orchestrator.report.export import export_text, records
+from orchestrator.report.export import ExportError, export_text, records
 from orchestrator.report.html import render_html
 from orchestrator.report.io import history_path
 from orchestrator.report.page import PAGE_ROWS
@@ -475,8 +476,8 @@ def test_export_streams_the_same_text_as_the_whole_list():
     assert json.loads(text) == records(report)
     head, *lines, tail = text.splitlines()  # a record a line, between the list's brackets
     assert (head, tail) == ("[", "]") and [json.loads(line.removesuffix(",")) for line in lines] == records(report)
-    # each line is the very text json.dumps makes of its record (a result's shared part encoded once for all)
-    assert [line.removesuffix(",") for line in lines] == [json.dumps(r, allow_nan=False) for r in records(report)]
+    # each line is the very text orjson makes of its record (a result's shared part encoded once for all)
+    assert [line.removesuffix(",") for line in lines] == [orjson.dumps(r).decode() for r in records(report)]
     assert export_text(make_report([]), "pytorch-v3") == "[]\n"
 
 
@@ -531,6 +532,74 @@ def test_export_csv_of_a_big_report_reads_what_the_csv_holds_of_each_result_and_
     assert load_results_as(bad, CsvResult) is None
     failed = CliRunner().invoke(app, ["export", str(bad), "-f", "csv"])
     assert failed.exit_code == 2 and "results.1.status: Input should be" in failed.output
+
+
+def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_writes_what_a_whole_read_writes(
+    kept, tmp_path, monkeypatch
+):
+    """``export -f pytorch-v3`` of a compressed report reads its first line and its digests' ids (not its
+    summary), and its results in batches validated and encoded by spawned processes: the text is byte for byte
+    the whole read's, replicates counted, with a time stamp and a change given; the same in one process. A
+    report kept any other way is read whole."""
+    from orchestrator.report.export import fanout
+
+    path = tmp_path / "replicated.json.gz"
+    whole = read(kept["gz"])
+    again = [r.model_copy(update={"replicate": 1}) for r in whole.results[:7]]  # 7 experiments run twice
+    report = make_report([*whole.results, *again], name="replicated")
+    write_report(report, path)
+    change = {"repo": "pytorch/pytorch", "head_branch": "main", "head_sha": "f00d"}
+    expected = export_text(read(path), "pytorch-v3", **change).encode()
+    monkeypatch.setattr(fanout, "BATCH", 700)  # 8 batches, so that both processes take turns
+    monkeypatch.setattr(Report, "model_validate_json", lambda *a: pytest.fail("the summary read"))
+    spread = fanout.v3_chunks(path, processes=2, **change)
+    assert spread is not None and b"".join(spread) == expected
+    here = fanout.v3_chunks(path, processes=1, **change)
+    assert here is not None and b"".join(here) == expected
+    monkeypatch.undo()
+    lines = expected.splitlines()[1:-1]
+    twice = [json.loads(line.removesuffix(b",")) for line in lines]
+    replicates = {
+        r["benchmark"]["extra_info"]["experiment_id"]: r["benchmark"]["extra_info"]["replicates"] for r in twice
+    }
+    assert sum(n == "2" for n in replicates.values()) == 7 and set(replicates.values()) == {"1", "2"}
+    assert fanout.v3_chunks(kept["plain"], processes=2) is None  # indented: read whole
+    done = CliRunner().invoke(app, ["export", str(kept["plain"]), "-o", str(tmp_path / "plain.json")])
+    assert done.exit_code == 0 and (tmp_path / "plain.json").read_text() == export_text(whole, "pytorch-v3")
+    out = tmp_path / "v3.json"
+    done = CliRunner().invoke(
+        app, ["export", str(path), "-o", str(out), *(f"--{k.replace('_', '-')}={v}" for k, v in change.items())]
+    )
+    assert done.exit_code == 0, done.output
+    assert out.read_bytes() == expected
+
+
+def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_report_cut_short(kept, tmp_path):
+    """A result found not to validate as the records are made is named as a whole read names it (exit 2, one
+    line), and so is a report whose results end before its digests' count; no file is left behind."""
+    from orchestrator.report.export import fanout
+
+    text = gzip.decompress(kept["gz"].read_bytes())
+    bad = tmp_path / "bad.json.gz"
+    bad.write_bytes(gzip.compress(text.replace(b'"status":"ok"', b'"status":"fine"', 3)))
+    out = tmp_path / "v3.json"
+    failed = CliRunner().invoke(app, ["export", str(bad), "-o", str(out)])
+    assert failed.exit_code == 2 and "results.1.status: Input should be" in failed.output
+    assert len(failed.output.strip().splitlines()) == 1 and not out.exists()
+    with pytest.raises(ReportError, match=r"results\.1\.status"):
+        b"".join(fanout.v3_chunks(bad, processes=2) or [])
+    head, _, rest = text.partition(b'"results":[\n')
+    short = tmp_path / "short.json.gz"  # the last 10 results cut out, the list closed
+    kept_lines = rest.split(b"\n")[: N - 10]
+    short.write_bytes(gzip.compress(head + b'"results":[\n' + b"\n".join(kept_lines).removesuffix(b",") + b"\n]}\n"))
+    cut = CliRunner().invoke(app, ["export", str(short)])
+    assert cut.exit_code == 2 and str(short) in cut.output
+    dated = tmp_path / "dated.json.gz"
+    write_report(
+        make_report(read(kept["gz"]).results[:5], name="dated").model_copy(update={"created_at": "soon"}), dated
+    )
+    with pytest.raises(ExportError, match="created_at"):
+        fanout.v3_chunks(dated, processes=2)
 
 
 def test_what_the_csv_reads_of_a_result_is_declared_as_the_result_declares_it():

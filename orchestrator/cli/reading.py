@@ -5,7 +5,7 @@ reading and page writing they share with ``run``. None of them needs Ray or torc
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import typer
@@ -69,6 +69,31 @@ def _read_results_as(path: str, model: type[_M]) -> Sequence[Result | _M]:
     return found if found is not None else _read_report(path).results
 
 
+def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
+    """``export.fanout.v3_chunks`` of the report at ``path``, a process a core this one may run on; None where the
+    report is to be read whole. A report that cannot be read, or a result found not to validate as the pieces
+    are made, is exit 2, one line."""
+    import os
+
+    from orchestrator.report import ReportError
+    from orchestrator.report.export.fanout import v3_chunks
+
+    try:
+        chunks = v3_chunks(path, processes=len(os.sched_getaffinity(0)), **change)
+    except ReportError as e:
+        raise fail(str(e), 2) from None
+    if chunks is None:
+        return None
+
+    def checked(chunks: Iterator[bytes]) -> Iterator[bytes]:
+        try:
+            yield from chunks
+        except ReportError as e:
+            raise fail(str(e), 2) from None
+
+    return checked(chunks)
+
+
 def _read_glance(path: str) -> Glance:
     """The report at ``path`` as the gate reads it (``skim.load_glance``: a compressed report's digests alone),
     kept (``_kept``)."""
@@ -95,15 +120,15 @@ def _read_page(path: str) -> Page | None:
     return _kept(lambda p: load_page(p, MAX_SAMPLE_RESULTS), path)
 
 
-def _write_page(text: str | Iterable[str], path: str) -> None:
-    """Write a page (or text in pieces, each written as it comes) to a path or URL; a place that cannot take it
-    is exit 2, one line."""
+def _write_page(text: str | Iterable[str] | Iterable[bytes], path: str) -> None:
+    """Write a page (or text in pieces, each written as it comes: str, or bytes of UTF-8) to a path or URL; a
+    place that cannot take it is exit 2, one line."""
     from orchestrator.report.io import write_atomic_bytes
     from orchestrator.store.storage import StorageError
 
     pieces = [text] if isinstance(text, str) else text
     try:
-        write_atomic_bytes(path, (bytes(piece, "utf-8") for piece in pieces))
+        write_atomic_bytes(path, (piece if isinstance(piece, bytes) else bytes(piece, "utf-8") for piece in pieces))
     except StorageError as e:
         raise fail(f"cannot write {e}", 2) from None
     except OSError as e:
@@ -326,14 +351,18 @@ def export(
     try:
         check_format(format)
         if format == "csv":  # what the CSV reads of each result, of a big report; else every result whole
-            chunks: Iterable[str] = [results_csv(_read_results_as(path, CsvResult))]
-        else:
-            chunks = export_chunks(_read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha)
+            chunks: Iterable[bytes] = [results_csv(_read_results_as(path, CsvResult)).encode()]
+        else:  # a big compressed report's results encoded on every core; else the report read whole
+            chunks = _v3_chunks(path, repo=repo, head_branch=head_branch, head_sha=head_sha) or export_chunks(
+                _read_report(path), format, repo=repo, head_branch=head_branch, head_sha=head_sha
+            )
     except ExportError as e:
         raise fail(str(e), 2) from None
     if out is None:
+        sys.stdout.flush()
         for chunk in chunks:
-            sys.stdout.write(chunk)
+            sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
         return
     _write_page(chunks, out)
     err_console.print(f"{format}: {out}", highlight=False)

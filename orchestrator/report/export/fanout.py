@@ -1,0 +1,226 @@
+"""The v3 export of a big compressed report, its results shared out to a process a core.
+
+Validating the 500 MB of JSON of 100,000 results and encoding their half a million records (1 GB) is about
+25 s of one core, and pydantic and orjson hold the GIL while they work: threads would take turns. So the
+results' lines, as they are inflated, go in batches (``BATCH``) to spawned processes, each validating its
+batch as ``Result`` and encoding its records (``pytorch_v3.record_lines``); the batches come back and are
+written in the report's order, a few in flight a process (``AHEAD``), never the whole text held. Of the rest
+of the report only its first line (name, time stamp, environment) and its digests' experiment ids (how many
+runs of each experiment it holds) are read: its summary, 100 MB of JSON at 100,000 groups, is passed over.
+
+Imports ``pytorch_v3`` and the report's reading (``io``); nothing here touches Ray or torch.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import multiprocessing
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Final, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.report.export.pytorch_v3 import Run, record_lines, run
+from orchestrator.report.io import (
+    DIGESTS_OPEN,
+    RESULTS_OPEN,
+    UNREADABLE,
+    ReportError,
+    compressed_bytes,
+    read,
+    read_head,
+    report_lines,
+)
+from orchestrator.report.models import Environment
+from orchestrator.store.storage import location
+from tasks.isolation import steady_allocator
+from tasks.result import Result
+from tasks.text import validation_line
+
+BATCH: Final = 500  # results a batch: about 2 MB of lines out, 5 MB of records back
+AHEAD: Final = 3  # batches in flight a process: one working, the next ones queued
+_SEPARATOR: Final = b",\n"  # between two records of the list, each on a line of its own
+
+
+class _First(BaseModel):
+    """What the records read of a compressed report's first line; every other field is skipped unread."""
+
+    schema_version: Literal[2, 3]  # another version is read whole (``read``), which names it
+    name: str
+    created_at: str
+    environment: Environment
+
+
+class _Ids(BaseModel):
+    """The one digest column the records read: each result's experiment id, in the report's order."""
+
+    experiment_id: list[str]
+
+
+def v3_chunks(
+    path: str | Path,
+    *,
+    repo: str | None = None,
+    head_branch: str | None = None,
+    head_sha: str | None = None,
+    processes: int = 1,
+) -> Iterator[bytes] | None:
+    """The text ``export.export_chunks`` makes of the report at ``path`` in ``pytorch-v3``, byte for byte, in
+    pieces, its results validated and encoded by ``processes`` spawned processes (at most one a batch), or by
+    this one where it is 1 (a script that asks for more runs its top level under ``if __name__ == "__main__"``,
+    as any that spawns processes). None where the report is not compressed with digests
+    (an indented report, one written before them, a journal), or its first lines do not read so: the caller
+    then reads it whole (``read``), which names what is wrong. Raises ``ExportError`` for a time stamp that is
+    not ISO 8601, before any piece; ``ReportError`` for a file that cannot be read at all, or, as a piece is
+    made, for a result that does not validate (named as ``read`` names it) or a report cut short."""
+    stored = compressed_bytes(location(path))
+    if not stored:
+        return None
+    lines = report_lines(stored)
+    try:
+        head = read_head(lines)
+        fields, digests = head if head is not None else (b"", None)
+        if digests is None:
+            lines.close()
+            return None
+        first = _First.model_validate_json(fields[: fields.index(b"\n") - 1] + b"}")  # its "," closed
+        ids = _Ids.model_validate_json(digests.removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
+    except UNREADABLE:
+        lines.close()
+        return None
+    del stored, head, fields, digests
+    try:
+        kept = run(
+            first.created_at, first.name, first.environment, repo=repo, head_branch=head_branch, head_sha=head_sha
+        )
+    except BaseException:
+        lines.close()
+        raise
+    count = len(ids.experiment_id)
+    return _list(path, lines, kept, ids.experiment_id, max(1, min(processes, -(-count // BATCH))))
+
+
+def _list(path: str | Path, lines: io.BufferedReader, kept: Run, ids: list[str], processes: int) -> Iterator[bytes]:
+    """The JSON list of every result's records: ``[``, a record a line, ``]``, each batch's records as they
+    come back, in order."""
+    runs = Counter(ids)
+    opening = b"[\n"  # what comes before the next batch's records: the list's opening, then a separator
+    with lines, _encoder(kept, processes) as submit:
+        pending: deque[Future[bytes]] = deque()
+        for start, batch in _batches(path, lines, len(ids)):
+            pending.append(submit(start, batch, [runs[i] for i in ids[start : start + len(batch)]]))
+            while len(pending) >= AHEAD * processes or (pending and pending[0].done()):
+                yield opening
+                yield _done(path, pending.popleft())  # as it came back: megabytes, not copied again
+                opening = _SEPARATOR
+        while pending:
+            yield opening
+            yield _done(path, pending.popleft())
+            opening = _SEPARATOR
+    yield b"[]\n" if opening == b"[\n" else b"\n]\n"
+
+
+def _batches(path: str | Path, lines: io.BufferedReader, count: int) -> Iterator[tuple[int, list[bytes]]]:
+    """The results' lines in batches of ``BATCH``, each with its first result's index, the ``,`` and newline
+    that end each taken off. Raises ``ReportError`` where the results end before or after their digests' count
+    or the stream is damaged (``_unreadable``)."""
+    batch: list[bytes] = []
+    start = 0
+    try:
+        for i, line in enumerate(lines):
+            if line.startswith(b"]"):
+                if i != count or (line + lines.read()).strip() != b"]}":
+                    break
+                if batch:
+                    yield start, batch
+                return
+            batch.append(line.rstrip(b",\n"))
+            if len(batch) == BATCH:
+                yield start, batch
+                start, batch = i + 1, []
+    except UNREADABLE:
+        pass
+    raise _unreadable(path)
+
+
+def _done(path: str | Path, future: Future[bytes]) -> bytes:
+    try:
+        return future.result()
+    except _Invalid as e:
+        raise ReportError(f"{path}: {e}") from None
+
+
+def _unreadable(path: str | Path) -> ReportError:
+    """What a whole read says of a report whose results do not read as its head says they do."""
+    try:
+        read(path)
+    except ReportError as e:
+        return e
+    return ReportError(f"{path}: its results are not those its digests list")
+
+
+Submit = Callable[[int, list[bytes], list[int]], "Future[bytes]"]
+
+
+@contextmanager
+def _encoder(kept: Run, processes: int) -> Iterator[Submit]:
+    """``submit(start, lines, replicates)``: the future of a batch's records (``_encode``), made by a pool of
+    ``processes`` spawned processes, or by this one (one process: no pool to start)."""
+    if processes == 1:
+        _keep(kept)
+
+        def here(start: int, lines: list[bytes], replicates: list[int]) -> Future[bytes]:
+            made: Future[bytes] = Future()
+            try:
+                made.set_result(_encode(start, lines, replicates))
+            except _Invalid as e:
+                made.set_exception(e)
+            return made
+
+        yield here
+        return
+    context = multiprocessing.get_context("spawn")  # not fork: this process runs the inflating thread
+    pool: Executor = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin, initargs=(kept,))
+    try:
+        yield lambda start, lines, replicates: pool.submit(_encode, start, lines, replicates)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+class _Invalid(ValueError):
+    """A result's line that does not validate: ``results.I.field: problem``, as a whole read says it."""
+
+
+_KEPT: Run | None = None  # the report's ``Run``, in each encoding process
+
+
+def _keep(kept: Run) -> None:
+    global _KEPT
+    _KEPT = kept
+
+
+def _begin(kept: Run) -> None:
+    """An encoding process's start: the report's ``Run`` kept, and the cycle collector off (a batch's objects
+    are freed by their counts as it ends; the collector's scans of them would be spent for nothing)."""
+    _keep(kept)
+    gc.disable()
+    steady_allocator()
+
+
+def _encode(start: int, lines: list[bytes], replicates: list[int]) -> bytes:
+    """A batch's records as the lines of the list, joined by ``,`` and a newline. Raises ``_Invalid`` for a
+    line that does not validate as ``Result``."""
+    assert _KEPT is not None, "_keep first"
+    made: list[bytes] = []
+    for i, (line, runs) in enumerate(zip(lines, replicates, strict=True)):
+        try:
+            result = Result.model_validate_json(line)
+        except ValidationError as e:
+            raise _Invalid(validation_line(e, ("results", start + i))) from None
+        made += record_lines(_KEPT, result, runs)
+    return _SEPARATOR.join(made)

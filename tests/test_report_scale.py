@@ -542,15 +542,23 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     the whole read's, replicates counted, with a time stamp and a change given; the same in one process. A
     report kept any other way is read whole."""
     from orchestrator.report.export import fanout
+    from tests.report_data import replay_report
+    from tests.test_ranks import ranked_result
 
     path = tmp_path / "replicated.json.gz"
     whole = read(kept["gz"])
+    first = whole.results[0]
+    assert first.eager is not None
+    device = first.eager.model_copy(update={"peak_memory_bytes": 3 * 10**9, "device_samples_ms": [0.5, 0.6]})
+    gpu = {"experiment_id": "gpu000000000", "device": "cuda", "eager": device, "memory_ratio": 1.25}
+    special = [first.model_copy(update=gpu), *replay_report().results, ranked_result(1, 1.5), ranked_result(2, 1.8)]
+    some = [*special, *whole.results[:600]]  # ok and failed, GPU figures, replays, distributed runs
     again = [r.model_copy(update={"replicate": 1}) for r in whole.results[:7]]  # 7 experiments run twice
-    report = make_report([*whole.results, *again], name="replicated")
+    report = make_report([*some, *again], name="replicated")
     write_report(report, path)
     change = {"repo": "pytorch/pytorch", "head_branch": "main", "head_sha": "f00d"}
     expected = export_text(read(path), "pytorch-v3", **change).encode()
-    monkeypatch.setattr(fanout, "BATCH", 700)  # 8 batches, so that both processes take turns
+    monkeypatch.setattr(fanout, "BATCH", 100)  # 7 batches, so that both processes take turns
     monkeypatch.setattr(Report, "model_validate_json", lambda *a: pytest.fail("the summary read"))
     spread = fanout.v3_chunks(path, processes=2, **change)
     assert spread is not None and b"".join(spread) == expected
@@ -574,12 +582,17 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     assert out.read_bytes() == expected
 
 
-def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_report_cut_short(kept, tmp_path):
+def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_report_cut_short(
+    kept, tmp_path, monkeypatch
+):
     """A result found not to validate as the records are made is named as a whole read names it (exit 2, one
     line), and so is a report whose results end before its digests' count; no file is left behind."""
     from orchestrator.report.export import fanout
 
-    text = gzip.decompress(kept["gz"].read_bytes())
+    monkeypatch.setattr(fanout, "BATCH", 50)  # 6 batches: two processes
+    small = tmp_path / "small.json.gz"
+    write_report(make_report(read(kept["gz"]).results[:300], name="small"), small)
+    text = gzip.decompress(small.read_bytes())
     bad = tmp_path / "bad.json.gz"
     bad.write_bytes(gzip.compress(text.replace(b'"status":"ok"', b'"status":"fine"', 3)))
     out = tmp_path / "v3.json"
@@ -590,10 +603,10 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
         b"".join(fanout.v3_chunks(bad, processes=2) or [])
     head, _, rest = text.partition(b'"results":[\n')
     short = tmp_path / "short.json.gz"  # the last 10 results cut out, the list closed
-    kept_lines = rest.split(b"\n")[: N - 10]
+    kept_lines = rest.split(b"\n")[:290]
     short.write_bytes(gzip.compress(head + b'"results":[\n' + b"\n".join(kept_lines).removesuffix(b",") + b"\n]}\n"))
     cut = CliRunner().invoke(app, ["export", str(short)])
-    assert cut.exit_code == 2 and str(short) in cut.output
+    assert cut.exit_code == 2 and f"{short}: its results are not those its digests list" in cut.output
     dated = tmp_path / "dated.json.gz"
     write_report(
         make_report(read(kept["gz"]).results[:5], name="dated").model_copy(update={"created_at": "soon"}), dated

@@ -222,6 +222,44 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
 
 
+def test_a_big_atomic_write_is_flushed_to_the_disk_by_a_thread_as_it_goes_and_its_error_is_raised(
+    tmp_path, monkeypatch
+):
+    """Pieces past ``SYNC_EVERY`` bytes are flushed to the disk by a thread while the next are written (the final
+    fsync then finds little left); the file is whole. An error of that flush fails the write, leaving the old
+    file; so does a piece that fails, after the thread is done with the file."""
+    import threading
+
+    import tasks.files as files
+
+    monkeypatch.setattr(files, "SYNC_EVERY", 1000)
+    synced: list[str] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: synced.append(threading.current_thread().name) or real(fd))
+    path = tmp_path / "records.json"
+    pieces = [bytes([65 + i % 26]) * 700 for i in range(40)]
+    files.write_atomic(path, iter(pieces))
+    assert path.read_bytes() == b"".join(pieces)
+    assert synced and set(synced) == {"compilebench-fdatasync"}
+
+    def failing(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        files.write_atomic(path, iter([b"x" * 700] * 4))
+    assert path.read_bytes() == b"".join(pieces) and [p.name for p in tmp_path.iterdir()] == ["records.json"]
+
+    def broken():
+        yield b"y" * 1500  # past SYNC_EVERY: a flush starts
+        raise RuntimeError("the records stopped")
+
+    monkeypatch.setattr(os, "fdatasync", real)
+    with pytest.raises(RuntimeError, match="the records stopped"):
+        files.write_atomic(path, broken())
+    assert path.read_bytes() == b"".join(pieces) and [p.name for p in tmp_path.iterdir()] == ["records.json"]
+
+
 def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
     """``data/seed-v1.json``: three results of a seed run written by schema version 1."""
     report = load_report(DATA / "seed-v1.json")

@@ -16,13 +16,14 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import orjson
 
 from orchestrator.report.export.mapping import ExportError, accuracy, batch_size, dtype_name, model_name, peak_gb
 from orchestrator.report.models import Environment, Node, Report, traffic_label
 from orchestrator.report.summary import device_model
+from tasks.experiment import CompileConfig, TimingConfig
 from tasks.result import Result, SideTiming
 from tasks.text import first_line
 
@@ -38,6 +39,29 @@ NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 
 
 Record = dict[str, Any]
 _ACCURACY_TEXT: dict[str, str] = {}  # each accuracy outcome's list of one as JSON text, made once
+# What many results share, made once (``_memo``): a timing configuration's text, a compile configuration's entries
+# and label, a set of versions' dependencies.
+_TIMINGS: dict[Any, str | None] = {}
+_CONFIGS: dict[Any, tuple[dict[str, str], str]] = {}
+_DEPENDENCIES: dict[Any, dict[str, Record]] = {}
+_MEMO_SIZE: Final = 4096  # entries a table keeps; past it, the rest are made each time
+_T = TypeVar("_T")
+
+
+def _memo(table: dict[Any, _T], key: Any, make: Callable[[], _T]) -> _T:
+    """``table[key]``, made (``make()``) and kept the first time; made each time where the key cannot be kept
+    (unhashable, or the table full)."""
+    try:
+        return table[key]
+    except KeyError:
+        made = make()
+        if len(table) < _MEMO_SIZE:
+            table[key] = made
+        return made
+    except TypeError:
+        return make()
+
+
 _dumps: Final = orjson.dumps  # every value a record holds is finite (``metric_parts``, ``_strings``): no NaN to refuse
 
 
@@ -114,12 +138,13 @@ def record_lines(every: Run, result: Result, replicates: int) -> list[bytes]:
 def shared(every: Run, result: Result, replicates: int) -> Record:
     """The part of a result's records they all share: the report's, then the result's benchmark, model,
     inputs, dependencies and runner."""
+    device = device_model(result)
     return every.top | {
-        "benchmark": _benchmark(result, replicates),
+        "benchmark": _benchmark(result, replicates, device),
         "model": _model(result),
         "inputs": _inputs(result),
         "dependencies": _dependencies(result, every.environment),
-        "runners": _runners(result, every.nodes),
+        "runners": _runners(result, every.nodes, device),
     }
 
 
@@ -239,11 +264,11 @@ def _cache_info(result: Result) -> dict[str, Any]:
     }
 
 
-def _benchmark(result: Result, replicates: int) -> Record:
+def _benchmark(result: Result, replicates: int, device: str | None) -> Record:
     timing = result.timing
     extra = {
         "device": result.device,
-        "device_model": device_model(result),
+        "device_model": device,
         "experiment_id": result.experiment_id,
         "replicate": result.replicate,
         "replicates": replicates,
@@ -251,35 +276,59 @@ def _benchmark(result: Result, replicates: int) -> Record:
         "batch_size": batch_size(result),
         "precision": result.precision,
         "timer": result.measurement.timer if result.measurement else None,
-        "timing": timing.model_dump(mode="json", exclude_defaults=True) or None,
+        "timing": _memo(_TIMINGS, tuple(timing.__dict__.items()), lambda: _timing_text(timing)),
         "traffic": traffic_label(result.traffic),
     }
     return {"name": BENCHMARK_NAME, "mode": result.phase, "dtype": dtype_name(result), "extra_info": _strings(extra)}
 
 
+def _timing_text(timing: TimingConfig) -> str | None:
+    """The timing settings that differ from the defaults as JSON text, None where none does."""
+    changed = timing.model_dump(mode="json", exclude_defaults=True)
+    return _json(changed) if changed else None
+
+
 def _model(result: Result) -> Record:
-    cfg = result.compile
     user = ":" in result.target
-    extra = {
-        "target": result.target,
-        "params": result.params or None,
-        "compile_backend": cfg.backend,
-        "compile_mode": cfg.mode,
-        "fullgraph": cfg.fullgraph,
-        "dynamic": cfg.dynamic,
-        "options": cfg.options or None,
-        "method": cfg.method,
-        "scope": cfg.scope,
-        "cache": cfg.cache,
-        "inductor_options": result.inductor_options or None,
-    }
+    compiled, label = _compiled(result)
+    extra = {"target": result.target}
+    if result.params:
+        extra["params"] = _json(result.params)
+    extra |= compiled
+    if result.inductor_options:
+        extra["inductor_options"] = _json(result.inductor_options)
     return {
         "name": model_name(result),
         "type": "user target" if user else "compilebench target",
-        "backend": result.config_label,  # unique per configuration: inductor:max-autotune+fullgraph+cold
+        "backend": label,  # unique per configuration: inductor:max-autotune+fullgraph+cold
         "origins": [result.target.partition(":")[0] if user else "compilebench." + result.target.split(".")[0]],
-        "extra_info": _strings(extra),
+        "extra_info": extra,
     }
+
+
+def _compiled(result: Result) -> tuple[dict[str, str], str]:
+    """The model's ``extra_info`` entries of its compile configuration, and its configuration's label: made once
+    per configuration (a sweep has a few), where it has no options or dynamic marks of its own."""
+    cfg = result.compile
+    if cfg.options or cfg.mark_dynamic or result.distributed is not None:
+        return _compiled_entries(cfg), result.config_label
+    key = (cfg.backend, cfg.mode, cfg.fullgraph, cfg.dynamic, cfg.method, cfg.scope, cfg.cache)
+    return _memo(_CONFIGS, key, lambda: (_compiled_entries(cfg), result.config_label))
+
+
+def _compiled_entries(cfg: CompileConfig) -> dict[str, str]:
+    return _strings(
+        {
+            "compile_backend": cfg.backend,
+            "compile_mode": cfg.mode,
+            "fullgraph": cfg.fullgraph,
+            "dynamic": cfg.dynamic,
+            "options": cfg.options or None,
+            "method": cfg.method,
+            "scope": cfg.scope,
+            "cache": cfg.cache,
+        }
+    )
 
 
 def _inputs(result: Result) -> dict[str, Record]:
@@ -291,9 +340,15 @@ def _inputs(result: Result) -> dict[str, Record]:
 
 
 def _dependencies(result: Result, env: Environment) -> dict[str, Record]:
-    """torch, Triton, Ray and the rest, as the worker that ran the result reported them, else the run's."""
+    """torch, Triton, Ray and the rest, as the worker that ran the result reported them, else the run's: made
+    once per set of versions (a run has one or a few), the records of those results sharing the one map."""
     worker = result.worker.versions if result.worker else {}
-    found = {"python": env.python, "torch": env.torch, "ray": env.ray} | worker
+    key = (env.python, env.torch, env.ray, *worker.items())
+    return _memo(_DEPENDENCIES, key, lambda: _dependencies_of(worker, env))
+
+
+def _dependencies_of(worker: Mapping[str, str], env: Environment) -> dict[str, Record]:
+    found = {"python": env.python, "torch": env.torch, "ray": env.ray} | dict(worker)
     out: dict[str, Record] = {}
     for name, version in found.items():
         if name == "git":
@@ -306,7 +361,7 @@ def _dependencies(result: Result, env: Environment) -> dict[str, Record]:
     return out
 
 
-def _runners(result: Result, nodes: Mapping[str, Node]) -> list[Record]:
+def _runners(result: Result, nodes: Mapping[str, Node], device: str | None) -> list[Record]:
     """The worker that produced the result; none for a result that never reached one."""
     worker = result.worker
     if worker is None:
@@ -314,7 +369,7 @@ def _runners(result: Result, nodes: Mapping[str, Node]) -> list[Record]:
     node = nodes.get(worker.node_id or "")
     runner: Record = {
         "name": worker.hostname,
-        "type": device_model(result) or "",
+        "type": device or "",
         "cpu_info": worker.cpu_model or "",
         "cpu_count": node.cpus if node else worker.threads,
         "gpu_count": len(worker.gpu_ids),

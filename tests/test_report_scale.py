@@ -586,7 +586,8 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
     kept, tmp_path, monkeypatch
 ):
     """A result found not to validate as the records are made is named as a whole read names it (exit 2, one
-    line), and so is a report whose results end before its digests' count; no file is left behind."""
+    line), and so is a report whose results end before its digests' count, and a process that dies making them;
+    no file is left behind. A time stamp that is not ISO 8601 is an error before any piece."""
     from orchestrator.report.export import fanout
 
     monkeypatch.setattr(fanout, "BATCH", 50)  # 6 batches: two processes
@@ -607,6 +608,25 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
     short.write_bytes(gzip.compress(head + b'"results":[\n' + b"\n".join(kept_lines).removesuffix(b",") + b"\n]}\n"))
     cut = CliRunner().invoke(app, ["export", str(short)])
     assert cut.exit_code == 2 and f"{short}: its results are not those its digests list" in cut.output
+    # a process that dies (here: as it starts) is one line too, not a traceback
+    import multiprocessing
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from contextlib import contextmanager
+
+    @contextmanager
+    def dying(kept_run, processes):
+        context = multiprocessing.get_context("spawn")
+        pool = ProcessPoolExecutor(1, mp_context=context, initializer=os._exit, initargs=(3,))
+        try:
+            yield lambda start, lines, replicates: pool.submit(fanout._encode, start, lines, replicates)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    monkeypatch.setattr(fanout, "_encoder", dying)
+    died = CliRunner().invoke(app, ["export", str(small), "-o", str(out)])
+    assert died.exit_code == 2 and "a process making the records ended before its batch did" in died.output
+    assert len(died.output.strip().splitlines()) == 1 and not out.exists()
     dated = tmp_path / "dated.json.gz"
     write_report(
         make_report(read(kept["gz"]).results[:5], name="dated").model_copy(update={"created_at": "soon"}), dated

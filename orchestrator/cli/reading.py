@@ -76,6 +76,7 @@ def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
     import os
 
     from orchestrator.report import ReportError
+    from orchestrator.report.export import ExportError
     from orchestrator.report.export.fanout import v3_chunks
 
     try:
@@ -88,7 +89,7 @@ def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
     def checked(chunks: Iterator[bytes]) -> Iterator[bytes]:
         try:
             yield from chunks
-        except ReportError as e:
+        except (ReportError, ExportError) as e:
             raise fail(str(e), 2) from None
 
     return checked(chunks)

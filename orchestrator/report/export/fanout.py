@@ -19,12 +19,14 @@ import multiprocessing
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator.report.export.mapping import ExportError
 from orchestrator.report.export.pytorch_v3 import Run, record_lines, run
 from orchestrator.report.io import (
     DIGESTS_OPEN,
@@ -76,8 +78,9 @@ def v3_chunks(
     as any that spawns processes). None where the report is not compressed with digests
     (an indented report, one written before them, a journal), or its first lines do not read so: the caller
     then reads it whole (``read``), which names what is wrong. Raises ``ExportError`` for a time stamp that is
-    not ISO 8601, before any piece; ``ReportError`` for a file that cannot be read at all, or, as a piece is
-    made, for a result that does not validate (named as ``read`` names it) or a report cut short."""
+    not ISO 8601, before any piece, or for a process that died making a batch, as the pieces are made;
+    ``ReportError`` for a file that cannot be read at all, or, as a piece is made, for a result that does not
+    validate (named as ``read`` names it) or a report cut short."""
     stored = compressed_bytes(location(path))
     if not stored:
         return None
@@ -149,10 +152,17 @@ def _batches(path: str | Path, lines: io.BufferedReader, count: int) -> Iterator
 
 
 def _done(path: str | Path, future: Future[bytes]) -> bytes:
+    """A batch's records. Raises ``ReportError`` for a line that did not validate, ``ExportError`` where a process
+    making them died (killed, out of memory, or unable to start: a script that spawns without the
+    ``if __name__ == "__main__"`` guard)."""
     try:
         return future.result()
     except _Invalid as e:
         raise ReportError(f"{path}: {e}") from None
+    except BrokenProcessPool:
+        raise ExportError(
+            f"{path}: a process making the records ended before its batch did (killed, or out of memory?)"
+        ) from None
 
 
 def _unreadable(path: str | Path) -> ReportError:

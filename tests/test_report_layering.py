@@ -73,7 +73,7 @@ def test_the_hiding_works(reports):
         (["compare", "base.json", "new.json"], 1, "REGRESSION"),
         (["compare", "base.json", "base.json"], 0, "no regressions"),
         (["schema"], 0, '"title": "compilebench spec"'),
-        (["export", "base.json"], 0, '"schema_version": "v3"'),
+        (["export", "base.json"], 0, '"schema_version":"v3"'),
         (["export", "base.json", "--format", "csv"], 0, "dev,name,batch_size,speedup,abs_latency"),
     ],
 )

@@ -79,8 +79,10 @@ def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
     from orchestrator.report.export import ExportError
     from orchestrator.report.export.fanout import v3_chunks
 
+    # the cores this process may run on (a cpuset, taskset); where the system cannot say (macOS), every core
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
-        chunks = v3_chunks(path, processes=len(os.sched_getaffinity(0)), **change)
+        chunks = v3_chunks(path, processes=cores, **change)
     except ReportError as e:
         raise fail(str(e), 2) from None
     if chunks is None:

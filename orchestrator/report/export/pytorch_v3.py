@@ -38,9 +38,9 @@ DEPENDENCY_REPOS: Final = {  # dependency -> its repository, for the record's de
 NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 0 is "no target", as the harness writes
 
 Record = dict[str, Any]
-_ACCURACY_TEXT: dict[str, str] = {}  # each accuracy outcome's list of one as JSON text, made once
-# What many results share, made once (``_memo``): a timing configuration's text, a compile configuration's entries
-# and label, a set of versions' dependencies.
+# What many results share, made once (``_memo``): an accuracy outcome's list of one as JSON text, a timing
+# configuration's text, a compile configuration's entries and label, a set of versions' dependencies.
+_ACCURACY_TEXT: dict[str, str] = {}
 _TIMINGS: dict[Any, str | None] = {}
 _CONFIGS: dict[Any, tuple[dict[str, str], str]] = {}
 _DEPENDENCIES: dict[Any, dict[str, Record]] = {}
@@ -105,12 +105,8 @@ def iter_records(
     report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
 ) -> Iterator[Record]:
     """``records``, one result's at a time: 100,000 results are half a million records, never all held."""
-    every = run(
-        report.created_at, report.name, report.environment, repo=repo, head_branch=head_branch, head_sha=head_sha
-    )
-    runs = Counter(r.experiment_id for r in report.results)
-    for result in report.results:
-        common = shared(every, result, runs[result.experiment_id])
+    for every, result, replicates in _each(report, repo, head_branch, head_sha):
+        common = shared(every, result, replicates)
         yield from (common | {"metric": metric} for metric in metrics(result))
 
 
@@ -118,12 +114,21 @@ def iter_record_lines(
     report: Report, *, repo: str | None = None, head_branch: str | None = None, head_sha: str | None = None
 ) -> Iterator[bytes]:
     """Each record of ``iter_records`` as a line of JSON (``record_lines``)."""
+    for every, result, replicates in _each(report, repo, head_branch, head_sha):
+        yield from record_lines(every, result, replicates)
+
+
+def _each(
+    report: Report, repo: str | None, head_branch: str | None, head_sha: str | None
+) -> Iterator[tuple[Run, Result, int]]:
+    """Each result of a report read whole with the report's ``Run`` and how many runs of its experiment the
+    report holds."""
     every = run(
         report.created_at, report.name, report.environment, repo=repo, head_branch=head_branch, head_sha=head_sha
     )
     runs = Counter(r.experiment_id for r in report.results)
     for result in report.results:
-        yield from record_lines(every, result, runs[result.experiment_id])
+        yield every, result, runs[result.experiment_id]
 
 
 def record_lines(every: Run, result: Result, replicates: int) -> list[bytes]:
@@ -186,7 +191,7 @@ def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]
         breaks = {"graph_count": result.graph_count, "unique_graph_breaks": len(reasons), "break_reasons": reasons}
         _add(found, "graph_breaks", [result.graph_breaks], breaks)
     outcome = accuracy(result)
-    text = _ACCURACY_TEXT.get(outcome) or _ACCURACY_TEXT.setdefault(outcome, _json([outcome]))
+    text = _memo(_ACCURACY_TEXT, outcome, lambda: _json([outcome]))
     found.append(("accuracy", [], {"benchmark_values": text}))
     return found
 

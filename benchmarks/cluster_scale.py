@@ -36,6 +36,7 @@ import json
 import os
 import pstats
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,6 +241,14 @@ def main() -> None:
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="compilebench-cluster-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
+    try:
+        run_phases(args, folder)
+    finally:
+        if args.keep is None:  # about 0.9 GB of spec, journals and reports at 100,000 experiments
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_phases(args: argparse.Namespace, folder: Path) -> None:
     spec = folder / "sweep.yaml"
     spec.write_text(yaml.safe_dump(spec_of(args.experiments, "cluster-scale", "cuda"), sort_keys=False))
     # reports under the name the docs give a big sweep's (REPORT_SUFFIX: compressed, every sample kept)

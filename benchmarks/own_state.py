@@ -3,7 +3,9 @@ caches of its own. Shared by the scripts that start Ray workers; imports nothing
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -16,4 +18,7 @@ def in_own_state(name: str) -> None:
     directory), apart from any other compilebench process."""
     os.chdir(ROOT)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    os.environ.setdefault("COMPILEBENCH_STATE_DIR", tempfile.mkdtemp(prefix=f"compilebench-{name}-"))
+    if "COMPILEBENCH_STATE_DIR" not in os.environ:
+        state = tempfile.mkdtemp(prefix=f"compilebench-{name}-")
+        os.environ["COMPILEBENCH_STATE_DIR"] = state
+        atexit.register(shutil.rmtree, state, ignore_errors=True)  # its locks and compile caches

@@ -12,6 +12,8 @@ import io
 import json
 import re
 import struct
+import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -538,9 +540,9 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     kept, tmp_path, monkeypatch
 ):
     """``export -f pytorch-v3`` of a compressed report reads its first line and its digests' ids (not its
-    summary), and its results in batches validated and encoded by spawned processes: the text is byte for byte
-    the whole read's, replicates counted, with a time stamp and a change given; the same in one process. A
-    report kept any other way is read whole."""
+    summary), and its results in batches validated and encoded by other processes, forked or spawned: the text
+    is byte for byte the whole read's, replicates counted, with a time stamp and a change given; the same in one
+    process. A report kept any other way is read whole."""
     from orchestrator.report.export import fanout
     from tests.report_data import replay_report
     from tests.test_ranks import ranked_result
@@ -559,9 +561,12 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     change = {"repo": "pytorch/pytorch", "head_branch": "main", "head_sha": "f00d"}
     expected = export_text(read(path), "pytorch-v3", **change).encode()
     monkeypatch.setattr(fanout, "BATCH", 100)  # 7 batches, so that both processes take turns
+    monkeypatch.setattr(fanout, "_LEAST_STORED", 1)  # a small report's compressed bytes: room for both
     monkeypatch.setattr(Report, "model_validate_json", lambda *a: pytest.fail("the summary read"))
-    spread = fanout.v3_chunks(path, processes=2, **change)
-    assert spread is not None and b"".join(spread) == expected
+    for method in ("spawn", "fork") if sys.platform == "linux" else ("spawn",):
+        monkeypatch.setattr(fanout, "_start_method", lambda method=method: method)
+        spread = fanout.v3_chunks(path, processes=2, **change)
+        assert spread is not None and b"".join(spread) == expected, method
     here = fanout.v3_chunks(path, processes=1, **change)
     assert here is not None and b"".join(here) == expected
     monkeypatch.undo()
@@ -612,18 +617,13 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
     import multiprocessing
     import os
     from concurrent.futures import ProcessPoolExecutor
-    from contextlib import contextmanager
 
-    @contextmanager
-    def dying(kept_run, processes):
+    def dying(processes, method):
         context = multiprocessing.get_context("spawn")
-        pool = ProcessPoolExecutor(1, mp_context=context, initializer=os._exit, initargs=(3,))
-        try:
-            yield lambda start, lines, replicates: pool.submit(fanout._encode, start, lines, replicates)
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return fanout._Encoders(ProcessPoolExecutor(1, mp_context=context, initializer=os._exit, initargs=(3,)), 1)
 
-    monkeypatch.setattr(fanout, "_encoder", dying)
+    monkeypatch.setattr(fanout, "_LEAST_STORED", 1)
+    monkeypatch.setattr(fanout, "_encoders", dying)
     died = CliRunner().invoke(app, ["export", str(small), "-o", str(out)])
     assert died.exit_code == 2 and "a process making the records ended before its batch did" in died.output
     assert len(died.output.strip().splitlines()) == 1 and not out.exists()
@@ -633,6 +633,23 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
     )
     with pytest.raises(ExportError, match="created_at"):
         fanout.v3_chunks(dated, processes=2)
+
+
+def test_the_v3_processes_are_forked_only_from_a_process_running_no_other_thread():
+    """Forking copies every lock another thread holds, held: with a second thread running, the processes are
+    spawned; alone on Linux, forked (each then has this process's modules imported)."""
+    from orchestrator.report.export import fanout
+
+    alone = threading.active_count() == 1
+    assert fanout._start_method() == ("fork" if alone and sys.platform == "linux" else "spawn")
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert fanout._start_method() == "spawn"
+    finally:
+        stop.set()
+        other.join()
 
 
 def test_what_the_csv_reads_of_a_result_is_declared_as_the_result_declares_it():

@@ -78,9 +78,13 @@ def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
     from orchestrator.report import ReportError
     from orchestrator.report.export import ExportError
     from orchestrator.report.export.fanout import v3_chunks
+    from tasks.isolation import steady_allocator
 
     # the cores this process may run on (a cpuset, taskset); where the system cannot say (macOS), every core
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    # glibc's heap kept, not each batch's megabytes mapped and given back: this process ends with the command
+    # (its system time at 100,000 results: 2.3-2.9 s without, 1.6-1.9 s with, alternated)
+    steady_allocator()
     try:
         chunks = v3_chunks(path, processes=cores, **change)
     except ReportError as e:

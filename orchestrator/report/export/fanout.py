@@ -2,11 +2,16 @@
 
 Validating the 500 MB of JSON of 100,000 results and encoding their half a million records (1 GB) is about
 25 s of one core, and pydantic and orjson hold the GIL while they work: threads would take turns. So the
-results' lines, as they are inflated, go in batches (``BATCH``) to spawned processes, each validating its
+results' lines, as they are inflated, go in batches (``BATCH``) to other processes, each validating its
 batch as ``Result`` and encoding its records (``pytorch_v3.record_lines``); the batches come back and are
 written in the report's order, a few in flight a process (``AHEAD``), never the whole text held. Of the rest
 of the report only its first line (name, time stamp, environment) and its digests' experiment ids (how many
 runs of each experiment it holds) are read: its summary, 100 MB of JSON at 100,000 groups, is passed over.
+
+The processes are forked where that is safe (Linux, and no other thread running: ``_start_method``), before
+the inflating thread starts: each then has this process's modules already imported. Spawned, each imports
+them again: at 100,000 results the two processes' CPU time was 16.0 s and 14.5 s forked, 17.9 s and 16.4 s
+spawned, and the export 1.7 s longer (alternated).
 
 Imports ``pytorch_v3`` and the report's reading (``io``); nothing here touches Ray or torch.
 """
@@ -16,11 +21,12 @@ from __future__ import annotations
 import gc
 import io
 import multiprocessing
+import sys
+import threading
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Final, Literal
 
@@ -46,6 +52,7 @@ from tasks.text import validation_line
 
 BATCH: Final = 500  # results a batch: about 2 MB of lines out, 5 MB of records back
 AHEAD: Final = 3  # batches in flight a process: one working, the next ones queued
+_LEAST_STORED: Final = 200  # compressed bytes a result takes at least (about 870 at 100,000 results)
 _SEPARATOR: Final = b",\n"  # between two records of the list, each on a line of its own
 
 
@@ -73,51 +80,66 @@ def v3_chunks(
     processes: int = 1,
 ) -> Iterator[bytes] | None:
     """The text ``export.export_chunks`` makes of the report at ``path`` in ``pytorch-v3``, byte for byte, in
-    pieces, its results validated and encoded by ``processes`` spawned processes (at most one a batch), or by
-    this one where it is 1 (a script that asks for more runs its top level under ``if __name__ == "__main__"``,
-    as any that spawns processes). None where the report is not compressed with digests
-    (an indented report, one written before them, a journal), or its first lines do not read so: the caller
-    then reads it whole (``read``), which names what is wrong. Raises ``ExportError`` for a time stamp that is
-    not ISO 8601, before any piece, or for a process that died making a batch, as the pieces are made;
-    ``ReportError`` for a file that cannot be read at all, or, as a piece is made, for a result that does not
-    validate (named as ``read`` names it) or a report cut short."""
+    pieces, its results validated and encoded by up to ``processes`` other processes (forked where that is safe,
+    else spawned: ``_start_method``), or by this one where it is 1 or the report holds one batch (a script that
+    asks for more runs its top level under ``if __name__ == "__main__"``, as any that may spawn processes).
+    None where the report is not compressed with digests (an indented report, one written before them, a
+    journal), or its first lines do not read so: the caller then reads it whole (``read``), which names what is
+    wrong. Raises ``ExportError`` for a time stamp that is not ISO 8601, before any piece, or for a process that
+    died making a batch, as the pieces are made; ``ReportError`` for a file that cannot be read at all, or, as a
+    piece is made, for a result that does not validate (named as ``read`` names it) or a report cut short."""
     stored = compressed_bytes(location(path))
     if not stored:
         return None
+    most = max(1, len(stored) // (BATCH * _LEAST_STORED))  # batches it may hold, at most
+    encoders = _encoders(min(processes, most), _start_method())  # forked now, if at all: before the inflating thread
     lines = report_lines(stored)
     try:
         head = read_head(lines)
         fields, digests = head if head is not None else (b"", None)
         if digests is None:
-            lines.close()
+            _close(lines, encoders)
             return None
         first = _First.model_validate_json(fields[: fields.index(b"\n") - 1] + b"}")  # its "," closed
         ids = _Ids.model_validate_json(digests.removeprefix(DIGESTS_OPEN).removesuffix(b"," + RESULTS_OPEN))
     except UNREADABLE:
-        lines.close()
+        _close(lines, encoders)
         return None
+    except BaseException:
+        _close(lines, encoders)
+        raise
     del stored, head, fields, digests
     try:
         kept = run(
             first.created_at, first.name, first.environment, repo=repo, head_branch=head_branch, head_sha=head_sha
         )
     except BaseException:
-        lines.close()
+        _close(lines, encoders)
         raise
-    count = len(ids.experiment_id)
-    return _list(path, lines, kept, ids.experiment_id, max(1, min(processes, -(-count // BATCH))))
+    if len(ids.experiment_id) <= BATCH:  # one batch: made here, no process to hand it to
+        encoders.close()
+        encoders = _Encoders()
+    return _list(path, lines, kept, ids.experiment_id, encoders)
 
 
-def _list(path: str | Path, lines: io.BufferedReader, kept: Run, ids: list[str], processes: int) -> Iterator[bytes]:
+def _close(lines: io.BufferedReader, encoders: _Encoders) -> None:
+    """The reader and the processes of pieces ``v3_chunks`` will not make."""
+    lines.close()
+    encoders.close()
+
+
+def _list(
+    path: str | Path, lines: io.BufferedReader, kept: Run, ids: list[str], encoders: _Encoders
+) -> Iterator[bytes]:
     """The JSON list of every result's records: ``[``, a record a line, ``]``, each batch's records as they
     come back, in order."""
     runs = Counter(ids)
     opening = b"[\n"  # what comes before the next batch's records: the list's opening, then a separator
-    with lines, _encoder(kept, processes) as submit:
+    with lines, encoders:
         pending: deque[Future[bytes]] = deque()
         for start, batch in _batches(path, lines, len(ids)):
-            pending.append(submit(start, batch, [runs[i] for i in ids[start : start + len(batch)]]))
-            while len(pending) >= AHEAD * processes or (pending and pending[0].done()):
+            pending.append(encoders.submit(kept, start, batch, [runs[i] for i in ids[start : start + len(batch)]]))
+            while len(pending) >= AHEAD * encoders.processes or (pending and pending[0].done()):
                 yield opening
                 yield _done(path, pending.popleft())  # as it came back: megabytes, not copied again
                 opening = _SEPARATOR
@@ -174,65 +196,79 @@ def _unreadable(path: str | Path) -> ReportError:
     return ReportError(f"{path}: its results are not those its digests list")
 
 
-Submit = Callable[[int, list[bytes], list[int]], "Future[bytes]"]
+def _start_method() -> Literal["fork", "spawn"]:
+    """How ``v3_chunks`` starts its processes: forked on Linux from a process running no other thread, so that
+    no lock another thread holds is copied held; else spawned (macOS, where a forked process may not use
+    every system library, and Windows)."""
+    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
 
 
-@contextmanager
-def _encoder(kept: Run, processes: int) -> Iterator[Submit]:
-    """``submit(start, lines, replicates)``: the future of a batch's records (``_encode``), made by a pool of
-    ``processes`` spawned processes, or by this one (one process: no pool to start)."""
-    if processes == 1:
-        _keep(kept)
+class _Encoders:
+    """Where a batch's records are made (``submit``): a pool of processes, or this process where there is none.
+    This one never makes a batch beside a pool: a batch it made would hold the GIL from the pool's threads, which
+    carry the lines out and the records back a pipe's 64 KB at a time (one process beside this one, which took
+    every third batch itself, left its process idle half the time: 15-17 s against 12-13 s)."""
 
-        def here(start: int, lines: list[bytes], replicates: list[int]) -> Future[bytes]:
-            made: Future[bytes] = Future()
-            try:
-                made.set_result(_encode(start, lines, replicates))
-            except _Invalid as e:
-                made.set_exception(e)
-            return made
+    def __init__(self, pool: ProcessPoolExecutor | None = None, processes: int = 1) -> None:
+        self.pool = pool
+        self.processes = processes
 
-        yield here
-        return
-    context = multiprocessing.get_context("spawn")  # not fork: this process runs the inflating thread
-    pool: Executor = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin, initargs=(kept,))
-    try:
-        yield lambda start, lines, replicates: pool.submit(_encode, start, lines, replicates)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    def submit(self, kept: Run, start: int, lines: list[bytes], replicates: list[int]) -> Future[bytes]:
+        """The future of a batch's records (``_encode``)."""
+        if self.pool is not None:
+            return self.pool.submit(_encode, kept, start, lines, replicates)
+        made: Future[bytes] = Future()
+        try:
+            made.set_result(_encode(kept, start, lines, replicates))
+        except _Invalid as e:
+            made.set_exception(e)
+        return made
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> _Encoders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _encoders(processes: int, method: Literal["fork", "spawn"]) -> _Encoders:
+    """``processes`` processes started by ``method`` (a fork's at once: ``ProcessPoolExecutor`` forks every one
+    on its first task, before it starts its own threads), or none where ``processes`` is 1."""
+    if processes <= 1:
+        return _Encoders()
+    context = multiprocessing.get_context(method)
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin)
+    if method == "fork":
+        pool.submit(int)
+    return _Encoders(pool, processes)
 
 
 class _Invalid(ValueError):
     """A result's line that does not validate: ``results.I.field: problem``, as a whole read says it."""
 
 
-_KEPT: Run | None = None  # the report's ``Run``, in each encoding process
-
-
-def _keep(kept: Run) -> None:
-    global _KEPT
-    _KEPT = kept
-
-
-def _begin(kept: Run) -> None:
-    """An encoding process's start: the report's ``Run`` kept, the cycle collector off (a batch's objects are
-    freed by their counts as it ends; the collector's scans of them would be spent for nothing), and glibc's
-    heap kept rather than each batch's megabytes mapped and given back (``steady_allocator``): the two
-    processes' system time for 100,000 results was 1.8-2.3 s that way, 0.5-0.6 s this one."""
-    _keep(kept)
+def _begin() -> None:
+    """An encoding process's start: the cycle collector off (a batch's objects are freed by their counts as it
+    ends; the collector's scans of them would be spent for nothing), and glibc's heap kept rather than each
+    batch's megabytes mapped and given back (``steady_allocator``): the two processes' system time for 100,000
+    results was 1.8-2.3 s that way, 0.5-0.6 s this one."""
     gc.disable()
     steady_allocator()
 
 
-def _encode(start: int, lines: list[bytes], replicates: list[int]) -> bytes:
-    """A batch's records as the lines of the list, joined by ``,`` and a newline. Raises ``_Invalid`` for a
-    line that does not validate as ``Result``."""
-    assert _KEPT is not None, "_keep first"
+def _encode(kept: Run, start: int, lines: list[bytes], replicates: list[int]) -> bytes:
+    """A batch's records as the lines of the list, joined by ``,`` and a newline; ``kept``: the report's ``Run``
+    (given with each batch: a process forked before the report's first line was read has none of its own).
+    Raises ``_Invalid`` for a line that does not validate as ``Result``."""
     made: list[bytes] = []
     for i, (line, runs) in enumerate(zip(lines, replicates, strict=True)):
         try:
             result = Result.model_validate_json(line)
         except ValidationError as e:
             raise _Invalid(validation_line(e, ("results", start + i))) from None
-        made += record_lines(_KEPT, result, runs)
+        made += record_lines(kept, result, runs)
     return _SEPARATOR.join(made)

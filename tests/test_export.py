@@ -192,11 +192,14 @@ def test_peak_memory_in_gb_where_measured_with_its_ratio():
 def test_a_sample_that_is_not_finite_is_left_out_and_counted():
     result = make_result("seed.foo", 2.0)
     result.eager.samples_ms[3] = float("nan")
+    result.eager.median_ms, result.eager.iqr_ms = float("nan"), float("-inf")  # a map's strings: json's spelling
     text = export_text(make_report([result]), "pytorch-v3")
     found = strict_json(text)  # still JSON: no NaN written
     eager = by_metric(found, result.experiment_id)["eager_latency_ms"]["metric"]
     assert len(eager["benchmark_values"]) == len(result.eager.samples_ms) - 1
     assert eager["extra_info"]["non_finite_values_dropped"] == "1"
+    assert (eager["extra_info"]["median_ms"], eager["extra_info"]["iqr_ms"]) == ("NaN", "-Infinity")
+    assert eager["extra_info"]["first_call_ms"] == repr(result.eager.first_call_ms)
 
 
 def test_replicates_are_one_record_each_with_their_index():

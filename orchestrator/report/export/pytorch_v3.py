@@ -422,9 +422,16 @@ def _text(value: Any) -> str:
     return _json(value)
 
 
+def _float_text(value: float) -> str:
+    """A float as ``json.dumps`` writes it: ``float.__repr__`` where finite (``value - value`` is 0 only then),
+    else ``NaN``, ``Infinity`` or ``-Infinity`` (``_json``)."""
+    return float.__repr__(value) if value - value == 0 else _json(value)
+
+
 _TEXT: Final[dict[type, Callable[[Any], str]]] = {  # a type's text where it is a C function's: no frame a value
     bool: {True: "true", False: "false"}.__getitem__,
     int: int.__repr__,
+    float: _float_text,  # one frame, not ``_text``'s tests of the type first
 }
 
 

@@ -635,6 +635,23 @@ def test_export_v3_of_a_big_report_names_a_result_that_does_not_validate_and_a_r
         fanout.v3_chunks(dated, processes=2)
 
 
+def test_the_v3_export_reads_the_digests_ids_from_their_first_column_alone_and_whole_otherwise():
+    """The ids are cut from the first column where the columns begin with it; an id holding ``]``, or columns in
+    another order, are parsed whole, with the same ids; columns that are not JSON still fail."""
+    from pydantic import ValidationError
+
+    from orchestrator.report.export import fanout
+
+    cases = [["a0", "b1"], ["a]0", 'b"]1', "c"], []]
+    for ids in cases:
+        columns = json.dumps({"experiment_id": ids, "replicate": [[0]] * len(ids)}, separators=(",", ":")).encode()
+        assert fanout._ids(columns).experiment_id == ids
+        turned = json.dumps({"replicate": [0] * len(ids), "experiment_id": ids}, separators=(",", ":")).encode()
+        assert fanout._ids(turned).experiment_id == ids
+    with pytest.raises(ValidationError):
+        fanout._ids(b'{"experiment_id":["a",')
+
+
 def test_the_v3_processes_are_forked_only_from_a_process_running_no_other_thread():
     """Forking copies every lock another thread holds, held: with a second thread running, the processes are
     spawned; alone on Linux, forked (each then has this process's modules imported)."""

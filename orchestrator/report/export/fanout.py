@@ -10,8 +10,8 @@ runs of each experiment it holds) are read: its summary, 100 MB of JSON at 100,0
 
 The processes are forked where that is safe (Linux, and no other thread running: ``_start_method``), before
 the inflating thread starts: each then has this process's modules already imported. Spawned, each imports
-them again: at 100,000 results the two processes' CPU time was 16.0 s and 14.5 s forked, 17.9 s and 16.4 s
-spawned, and the export 1.7 s longer (alternated).
+them again: at 100,000 results, in two alternated pairs, the two processes took 14.5-16.0 s of CPU forked and
+16.4-17.9 s spawned, and the export 1.7-1.8 s longer spawned.
 
 Imports ``pytorch_v3`` and the report's reading (``io``); nothing here touches Ray or torch.
 """
@@ -224,8 +224,9 @@ def _start_method() -> Literal["fork", "spawn"]:
 class _Encoders:
     """Where a batch's records are made (``submit``): a pool of processes, or this process where there is none.
     This one never makes a batch beside a pool: a batch it made would hold the GIL from the pool's threads, which
-    carry the lines out and the records back a pipe's 64 KB at a time (one process beside this one, which took
-    every third batch itself, left its process idle half the time: 15-17 s against 12-13 s)."""
+    carry the lines out and the records back a pipe's 64 KB at a time (on two cores, this one making a batch
+    itself whenever the other process had three queued left that process idle half the time: 15-17 s against
+    12-13 s)."""
 
     def __init__(self, pool: ProcessPoolExecutor | None = None, processes: int = 1) -> None:
         self.pool = pool

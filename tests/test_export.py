@@ -363,3 +363,25 @@ def test_a_time_stamp_without_a_zone_is_utc_and_a_bad_one_is_one_line(tmp_path):
     done = runner.invoke(app, ["export", str(tmp_path / "r.json")])
     assert done.exit_code == 2
     assert done.stderr.strip() == "error: created_at: 'yesterday' is not an ISO 8601 time stamp"
+
+
+def test_each_result_keeps_its_own_outcome_and_timing_entries_when_many_share_them():
+    """Results that share an outcome share its strings; one whose failure or attempts differ carries its own,
+    and no record's map changes another's."""
+    same = [make_result("seed.foo", 2.0, seed=i) for i in range(3)]
+    failed = [
+        make_result("seed.bar", status="compile_error", message=m, seed=i) for i, m in enumerate(("a\nx", "b\ny"))
+    ]
+    retried = make_result("seed.foo", 2.0, seed=9).model_copy(update={"attempts": 2})
+    assert same[0].eager is not None
+    same[0].eager.host_bound = True
+    found = records(make_report([*same, *failed, retried]))
+    by_id = {r.experiment_id: by_metric(found, r.experiment_id) for r in [*same, *failed, retried]}
+    accuracy = {i: m["accuracy"]["metric"]["extra_info"] for i, m in by_id.items()}
+    assert [accuracy[r.experiment_id].get("error") for r in failed] == ["a", "b"]
+    assert accuracy[retried.experiment_id]["attempts"] == "2" and "attempts" not in accuracy[same[1].experiment_id]
+    eager = by_id[same[0].experiment_id]["eager_latency_ms"]["metric"]["extra_info"]
+    assert eager["host_bound"] == "true" and eager["status"] == "ok"
+    assert "host_bound" not in by_id[same[1].experiment_id]["eager_latency_ms"]["metric"]["extra_info"]
+    speedup = by_id[same[1].experiment_id]["speedup"]["metric"]["extra_info"]
+    assert "ci_low" not in eager and "median_ms" not in speedup  # each metric's own entries, on one outcome

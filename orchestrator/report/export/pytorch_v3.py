@@ -39,11 +39,13 @@ NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 
 
 Record = dict[str, Any]
 # What many results share, made once (``_memo``): an accuracy outcome's list of one as JSON text, a timing
-# configuration's text, a compile configuration's entries and label, a set of versions' dependencies.
+# configuration's text, a compile configuration's entries and label, a set of versions' dependencies, an
+# outcome's strings.
 _ACCURACY_TEXT: dict[str, str] = {}
 _TIMINGS: dict[Any, str | None] = {}
 _CONFIGS: dict[Any, tuple[dict[str, str], str]] = {}
 _DEPENDENCIES: dict[Any, dict[str, Record]] = {}
+_OUTCOMES: dict[Any, dict[str, str]] = {}
 _MEMO_SIZE: Final = 4096  # entries a table keeps; past it, the rest are made each time
 _T = TypeVar("_T")
 
@@ -156,7 +158,7 @@ def shared(every: Run, result: Result, replicates: int) -> Record:
 def metrics(result: Result) -> list[Record]:
     """The metric part of each of one result's records: what it measured, then its outcome (``extra_info``:
     the outcome's entries, then the metric's own)."""
-    outcome = _strings(_outcome(result))  # every metric's: as strings once, not once a metric
+    outcome = _outcome_strings(result)  # every metric's: as strings once, not once a metric
     return [
         {"name": name, "benchmark_values": values, "target_value": NO_TARGET, "extra_info": outcome | extra}
         for name, values, extra in metric_parts(result)
@@ -170,26 +172,26 @@ def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]
     if result.speedup is not None:
         low, high = result.speedup_ci or (None, None)
         weighted = result.replay is not None or None
-        _add(found, "speedup", [result.speedup], {"ci_low": low, "ci_high": high, "weighted": weighted})
+        _add(found, "speedup", [result.speedup], _strings({"ci_low": low, "ci_high": high, "weighted": weighted}))
     for timing, latency, device in ((result.eager, *_EAGER), (result.compiled, *_COMPILED)):
         if timing is not None:
             _add(found, latency, timing.samples_ms, _timing_info(timing))
             if timing.device_samples_ms:
                 _add(found, device, timing.device_samples_ms, {"timer": "cuda_events"})
     if result.compile_latency_s is not None:
-        _add(found, "compilation_latency", [result.compile_latency_s], {"unit": "s"} | _cache_info(result))
+        _add(found, "compilation_latency", [result.compile_latency_s], _strings({"unit": "s"} | _cache_info(result)))
     eager_peak = result.eager.peak_memory_bytes if result.eager else None
     compiled_peak = result.compiled.peak_memory_bytes if result.compiled else None
     if eager_peak is not None:
-        _add(found, "eager_peak_mem", [peak_gb(eager_peak)], {"unit": "GB", "bytes": eager_peak})
+        _add(found, "eager_peak_mem", [peak_gb(eager_peak)], {"unit": "GB", "bytes": int.__repr__(eager_peak)})
     if compiled_peak is not None:
-        _add(found, "dynamo_peak_mem", [peak_gb(compiled_peak)], {"unit": "GB", "bytes": compiled_peak})
+        _add(found, "dynamo_peak_mem", [peak_gb(compiled_peak)], {"unit": "GB", "bytes": int.__repr__(compiled_peak)})
     if result.memory_ratio is not None:
         _add(found, "compression_ratio", [result.memory_ratio], {"meaning": "eager peak / compiled peak"})
     if result.graph_breaks is not None:
         reasons = sorted(set(result.break_reasons))
         breaks = {"graph_count": result.graph_count, "unique_graph_breaks": len(reasons), "break_reasons": reasons}
-        _add(found, "graph_breaks", [result.graph_breaks], breaks)
+        _add(found, "graph_breaks", [result.graph_breaks], _strings(breaks))
     outcome = accuracy(result)
     text = _memo(_ACCURACY_TEXT, outcome, lambda: _json([outcome]))
     found.append(("accuracy", [], {"benchmark_values": text}))
@@ -204,24 +206,41 @@ def _add(
     found: list[tuple[str, list[float], dict[str, str]]],
     name: str,
     values: Sequence[float | int | None],
-    extra: dict[str, Any],
+    extra: dict[str, str],
 ) -> None:
-    """A metric with its finite values (as floats) and ``extra`` as strings; where some are not finite, how
-    many were dropped (``non_finite_values_dropped``); none where it has no value at all."""
+    """A metric with its finite values (as floats) and ``extra`` (strings, as ``_strings`` makes them); where some
+    are not finite, how many were dropped (``non_finite_values_dropped``); none where it has no value at all."""
     try:
         finite = math.isfinite(sum(cast(Sequence[float], values)))  # every value finite, the common case: a C loop
     except TypeError:  # a None among them
         finite = False
     if finite:
         if values:
-            found.append((name, list(map(float, cast(Sequence[float], values))), _strings(extra)))
+            found.append((name, list(map(float, cast(Sequence[float], values))), extra))
         return
     kept = [float(v) for v in values if v is not None and math.isfinite(v)]
     dropped = sum(1 for v in values if v is not None) - len(kept)
     if dropped:
-        extra["non_finite_values_dropped"] = dropped
+        extra = extra | {"non_finite_values_dropped": int.__repr__(dropped)}
     if kept or dropped:
-        found.append((name, kept, _strings(extra)))
+        found.append((name, kept, extra))
+
+
+def _outcome_strings(result: Result) -> dict[str, str]:
+    """``_outcome`` as strings, made once per outcome: most results of a sweep share one (ok, correct, by one
+    check). Each metric's map is a copy (``outcome | extra``), so none of them changes the kept one."""
+    error, check = result.error, result.check
+    key = (
+        result.status,
+        result.correct,
+        check.method if check else None,
+        result.check_note,
+        (error.type, error.message) if error else None,
+        result.recompiled,
+        tuple(result.recompile_reasons),
+        result.attempts,
+    )
+    return _memo(_OUTCOMES, key, lambda: _strings(_outcome(result)))
 
 
 def _outcome(result: Result) -> dict[str, Any]:
@@ -239,18 +258,22 @@ def _outcome(result: Result) -> dict[str, Any]:
     }
 
 
-def _timing_info(timing: SideTiming) -> dict[str, Any]:
-    return {
+def _timing_info(timing: SideTiming) -> dict[str, str]:
+    """A side's latency metric's own ``extra_info``, as ``_strings`` makes it of its figures: made here, each
+    value's type known, two of every result's records."""
+    info = {
         "unit": "ms",
-        "median_ms": timing.median_ms,
-        "iqr_ms": timing.iqr_ms,
-        "n": timing.n,
-        "warmup": timing.warmup,
-        "block_size": timing.block_size,
-        "first_call_ms": timing.first_call_ms,
-        "noisy": timing.noisy,
-        "host_bound": timing.host_bound,
+        "median_ms": _float_text(timing.median_ms),
+        "iqr_ms": _float_text(timing.iqr_ms),
+        "n": int.__repr__(timing.n),
+        "warmup": int.__repr__(timing.warmup),
+        "block_size": int.__repr__(timing.block_size),
+        "first_call_ms": _float_text(timing.first_call_ms),
+        "noisy": "true" if timing.noisy else "false",
     }
+    if timing.host_bound is not None:
+        info["host_bound"] = "true" if timing.host_bound else "false"
+    return info
 
 
 def _cache_info(result: Result) -> dict[str, Any]:

@@ -287,7 +287,8 @@ REPORT_ORDER = [
     "models", "cells", "decision", "summary", "digest", "points", "io", "skim", "replay", "ranks", "views", "render",
     "page", "charts", "html", "compile_phases", "compare.models", "compare.noise", "compare.verdicts", "compare.gate",
     "compare.aa", "compare.render", "compare", "changepoints", "history",
-    "history_html", "progress", "export.mapping", "export.pytorch_v3", "export.harness_csv", "export.fanout", "export",
+    "history_html", "progress", "export.mapping", "export.strings", "export.pytorch_v3", "export.harness_csv",
+    "export.fanout", "export",
 ]  # fmt: skip
 
 

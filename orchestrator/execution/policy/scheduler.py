@@ -328,13 +328,14 @@ class Scheduler:
             plan.retire.append(worker.id)
 
     def _idle_workers(self) -> list[WorkerView]:
-        """The idle workers, in the order of ``workers`` (the order they were started)."""
+        """The idle workers, in the order of ``workers`` (the order they were started); none on a node lost under
+        another worker: its death, not yet seen, is on its way, and a run given to it would be lost again."""
         idle = []
         for worker_id in sorted(self._idle):
             worker = self.workers.get(worker_id)
             if worker is None or worker.state != "idle":
                 self._idle.discard(worker_id)
-            else:
+            elif worker.node.node_id not in self.lost:
                 idle.append(worker)
         return idle
 

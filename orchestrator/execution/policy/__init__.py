@@ -43,8 +43,9 @@ capacity). Tests drive it with made-up nodes and events.
 - **Lost nodes** are not the experiment's fault: an experiment whose worker died with its node
   goes back to the front of the queue without spending a retry (``attempts`` counts the try,
   ``lost_nodes`` says it was lost; past ``MAX_NODE_LOSSES`` a loss is charged as a death), and
-  the node takes no new worker until Ray has stopped listing it as alive: until then Ray may
-  still show a dying node alive, and a retry placed there would die with it.
+  the node takes no new worker, and its idle workers (whose deaths are on their way) no run, until
+  Ray has stopped listing it as alive: until then Ray may still show a dying node alive, and a retry
+  placed there would die with it.
 - **Starting.** A worker not ready ``start_timeout_s`` after it was asked for (Ray could not
   place it: the resources it holds for life are held by someone else, or never free) is
   killed and counts as a failed start; ``MAX_START_FAILURES`` failed starts in a row of one

@@ -8,7 +8,8 @@ for a run whose worker made none.
 - A run past ``timeout_s`` is ``timeout``, never retried; a worker not started ``start_timeout_s``
   after it was asked for is a failed start, and ``MAX_START_FAILURES`` in a row of one shape on a
   node leave that node out for that shape.
-- A node lost under a worker takes no new worker until Ray stops listing it as alive.
+- A node lost under a worker takes no new worker, and its idle workers no run, until Ray stops listing it
+  as alive.
 - A gang is one worker of k rank processes: the death of any rank is the gang's death (its result names
   the rank), a deadline passed ends the whole gang (its result names the ranks that had not answered).
 

@@ -87,8 +87,9 @@ class _Flusher:
         self.thread.start()
 
     def _sync(self) -> None:
+        sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
         try:
-            os.fdatasync(self.f.fileno())
+            sync(self.f.fileno())
         except OSError as e:
             self.error = e
 

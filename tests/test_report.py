@@ -259,6 +259,14 @@ def test_a_big_atomic_write_is_flushed_to_the_disk_by_a_thread_as_it_goes_and_it
         files.write_atomic(path, broken())
     assert path.read_bytes() == b"".join(pieces) and [p.name for p in tmp_path.iterdir()] == ["records.json"]
 
+    monkeypatch.delattr(os, "fdatasync")  # as on macOS: the thread syncs with fsync
+    real_fsync = os.fsync
+    monkeypatch.setattr(
+        os, "fsync", lambda fd: synced.append("fsync " + threading.current_thread().name) or real_fsync(fd)
+    )
+    files.write_atomic(path, iter(pieces))
+    assert path.read_bytes() == b"".join(pieces) and "fsync compilebench-fdatasync" in synced
+
 
 def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
     """``data/seed-v1.json``: three results of a seed run written by schema version 1."""

@@ -13,13 +13,13 @@ through Ray is their plain JSON form (``model_dump(mode="json")``), never pydant
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from tasks.ids import canonical_dump, digest, text_digest
 from tasks.lean import Lean, shared_default
 
 Device = Literal["auto", "cuda", "cpu"]
@@ -130,7 +130,7 @@ class CompileConfig(Closed):
         if self.scope != "model":
             parts.append(f"scope={self.scope}")
         if self.options:
-            parts.append("options=" + _digest(self.options, 6))
+            parts.append("options=" + digest(self.options, 6))
         if self.mark_dynamic:
             parts.append("mark_dynamic=" + ",".join(f"{i}:{d}" for i, d in self.mark_dynamic))
         state = cache or self.cache
@@ -464,10 +464,10 @@ class Experiment(Closed):
         worker is replaced (``worker``) is how it ran, not what it measures, and every replicate of an
         experiment measures the same thing (``replicates``); how its result is weighed (``decision``)
         and whether its compile is traced (``trace``) do not change what it measures either: none of them
-        is part of the id. Worked out once (about 0.1 ms: the fields are compared with their defaults):
-        the experiment is frozen, and ``model_copy`` works it out again for the copy."""
-        exclude = {"worker", "replicates", "decision", "trace"}
-        return _digest(self.model_dump(mode="json", exclude_defaults=True, exclude=exclude), 12)
+        is part of the id. The text hashed is pydantic's ``model_dump(mode="json", exclude_defaults=True)``
+        less those fields, as canonical JSON, put together by ``tasks.ids`` (each shared part dumped once).
+        Worked out once: the experiment is frozen, and ``model_copy`` works it out again for the copy."""
+        return text_digest(canonical_dump(self, _NOT_IN_ID), 12)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """A copy (with ``update``'s fields changed), its ``id`` not carried over."""
@@ -476,10 +476,4 @@ class Experiment(Closed):
         return copied
 
 
-# json.dumps(data, sort_keys=True, separators=(",", ":"), default=str), without a new encoder each call; the data
-# is a tree (a model's dump), so no check for cycles
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), default=str, check_circular=False).encode
-
-
-def _digest(data: Any, length: int) -> str:
-    return hashlib.sha256(_canonical(data).encode()).hexdigest()[:length]
+_NOT_IN_ID: Final = frozenset({"worker", "replicates", "decision", "trace"})  # how it runs, not what it measures

@@ -208,13 +208,13 @@ def test_the_circle_check_finds_one():
 
 def test_the_worker_side_reads_like_its_flow():
     """The steps of one experiment each have a module, and the data models import nothing of their side:
-    the experiment only their base (``lean``, which imports nothing), the result only those two, their
-    re-export only those three."""
+    the experiment only their base (``lean``) and its identity (``ids``), both of which import nothing, the result
+    only the experiment and the base, their re-export only those three."""
     graph = import_graph("tasks")
     steps = {"worker", "reset", "failures", "procedure", "compiling", "sides", "check.outputs", "check.judge"}
     assert {f"tasks.{s}" for s in steps | {"check.step", "experiment", "result"}} <= set(graph)
-    assert graph["tasks.lean"] == set()
-    assert graph["tasks.experiment"] == {"tasks.lean"}
+    assert graph["tasks.lean"] == set() and graph["tasks.ids"] == set()
+    assert graph["tasks.experiment"] == {"tasks.lean", "tasks.ids"}
     assert graph["tasks.result"] <= {"tasks.experiment", "tasks.lean"} and "tasks.experiment" in graph["tasks.result"]
     assert graph.get("tasks.models", set()) <= {"tasks.experiment", "tasks.result", "tasks.lean"}
     assert "tasks.procedure" not in graph["tasks.sides"] | graph["tasks.compiling"]

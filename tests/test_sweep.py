@@ -200,3 +200,49 @@ GOLDEN_SEED_IDS = [
     "d2ae57ce67ec",
     "600387e0c4c8",
 ]
+
+
+def test_a_sweeps_points_share_each_part_validated_once_and_report_a_bad_one_where_they_did(write_spec):
+    """A part no sweep path changes (``timing`` here) is one instance for every point; a swept part (``compile``) is
+    one instance per distinct value; the experiments and their ids are those of experiments built one by one."""
+    spec = load_spec(
+        write_spec(
+            """
+            name: x
+            defaults: {timing: {repeats: 5, warmup: 1}}
+            experiments:
+              - target: seed.foo
+                check: {rtol: 0.01}
+                sweep: {compile.mode: [default, max-autotune], seed: [0, 1, 2]}
+            """
+        )
+    )
+    exps = spec.experiments
+    assert len({id(e.timing) for e in exps}) == 1 and len({id(e.check) for e in exps}) == 1
+    assert len({id(e.compile) for e in exps}) == 2
+    for e in exps:
+        alone = Experiment.model_validate(e.model_dump(mode="json"))
+        assert alone == e and alone.id == e.id
+    with pytest.raises(Exception, match=r"experiments\[0\]\.timing\.repeats: input should be greater than or equal"):
+        load_spec(
+            write_spec(
+                """
+                name: x
+                experiments:
+                  - target: seed.foo
+                    timing: {repeats: 0}
+                    sweep: {seed: [0, 1]}
+                """
+            )
+        )
+    with pytest.raises(Exception, match=r"experiments\[0\]\.sweep\.compile\.mode"):
+        load_spec(
+            write_spec(
+                """
+                name: x
+                experiments:
+                  - target: seed.foo
+                    sweep: {compile.mode: [default, 3]}
+                """
+            )
+        )

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from orchestrator.plan.sweep import check_path, deep_merge, expand
+from orchestrator.plan.sweep import check_path, deep_merge, expand, with_parts
 from tasks.experiment import Experiment
 from tasks.heap import collector_paused
 from tasks.targets import TargetError, check_params, params_of, resolve
@@ -99,8 +99,9 @@ def _load_spec(path: Path) -> Spec:
         merged = deep_merge(defaults, entry)
         if models and (merged.get("device") == "cpu" or (merged.get("resources") or {}).get("gpus") == 0):
             raise SpecError(f"{where}: {label}.gpu_models: a CPU experiment runs on no GPU model")
+        parts: dict[Any, Any] = {}  # the entry's parts, each validated once (``with_parts``)
         for point, data in expand(merged, sweep):
-            data = _own_timing_wins(data, entry, point)
+            data = with_parts(_own_timing_wins(data, entry, point), merged, parts)
             exp = _validate_experiment(where, label, data, point)
             exp_id = exp.id  # a hash of the experiment's fields: computed once
             origin = (label, point)

@@ -8,7 +8,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from tasks.experiment import Experiment
 
@@ -115,3 +115,37 @@ def _copy(value: Any) -> Any:
     if value is None or isinstance(value, str | int | float):
         return value
     return copy.deepcopy(value)  # anything else (a date, a set) as deepcopy would
+
+
+def _parts() -> tuple[tuple[str, type[BaseModel]], ...]:
+    found = ((name, _model_of(field.annotation)) for name, field in Experiment.model_fields.items())
+    return tuple((name, model) for name, model in found if model is not None)
+
+
+_PARTS = _parts()  # each field of an experiment that holds a model (compile, timing, ...): its name and model
+
+
+def with_parts(
+    data: dict[str, Any], entry: Mapping[str, Any], validated: dict[Any, BaseModel | None]
+) -> dict[str, Any]:
+    """``data`` (a point of ``expand``) with each part that is a mapping (``compile: {...}``) replaced by its model,
+    validated once: once per sweep entry for a part no sweep path changes (``entry``'s own mapping, which every
+    point shares), once per distinct text for one that a path changes. ``validated``: the entry's parts so far.
+    An experiment given a part's model takes it as it is, so each of a sweep's points builds one model, not one
+    per part, and shares its parts' instances (``tasks.ids`` dumps each instance once for the ids). A part that
+    does not validate alone stays a mapping: the experiment's validation reports it, where it always did."""
+    out = data
+    for name, model in _PARTS:
+        part = data.get(name)
+        if type(part) is not dict:
+            continue
+        key = name if part is entry.get(name) else (name, repr(part))
+        if key not in validated:
+            try:
+                validated[key] = model.model_validate(part)
+            except ValidationError:
+                validated[key] = None
+        if (instance := validated[key]) is not None:
+            out = dict(out) if out is data else out
+            out[name] = instance
+    return out

@@ -313,6 +313,37 @@ def test_the_page_of_a_big_report_is_drawn_from_its_digests_and_is_the_page_of_t
     assert out.read_text() == render_html(read(path))
 
 
+def test_the_page_drawn_beside_the_command_is_the_page_drawn_in_one_process(kept, tmp_path, monkeypatch):
+    """``report --html`` draws the charts and the table of every result in a forked copy of itself (Linux, no
+    other thread), started as soon as the report is read; the page is the one a single process draws, byte for
+    byte. The command runs as a user runs it, in a process of its own (this one may run other threads)."""
+    import orchestrator.report.forked as forked_module
+
+    monkeypatch.setattr(forked_module, "can_fork", lambda: False)
+    here = render_html(read(kept["gz"]))
+    monkeypatch.undo()
+    out = tmp_path / "page.html"
+    command = [sys.executable, "-c", "from orchestrator.cli import main; main()", "report", str(kept["gz"])]
+    done = subprocess.run([*command, "--html", str(out)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == here
+    if sys.platform == "linux":  # the copy was forked, from a fresh process as the command's
+        drawn = subprocess.run([sys.executable, "-c", _DRAWN_BESIDE, str(kept["gz"])], capture_output=True, text=True)
+        assert drawn.returncode == 0, drawn.stderr
+        assert drawn.stdout == here
+
+
+_DRAWN_BESIDE = """
+import sys
+from orchestrator.cli.reading import _read_page
+from orchestrator.report.html import render_html, start_drawing
+page = _read_page(sys.argv[1])
+drawing = start_drawing(page.outline, page.digests)
+assert drawing.forked
+sys.stdout.write(render_html(page.outline, None, page.digests, page.sampled, drawing))
+"""
+
+
 def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(kept):
     page = render_html(read(kept["gz"]))
     assert page.count("<tr>") <= 10 * (PAGE_ROWS + 1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Annotated, Literal, TypeVar
 
 import typer
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
+    from orchestrator.report.forked import Beside
+    from orchestrator.report.html import DigestSections
     from orchestrator.report.skim import Page
     from tasks.result import Result
 
@@ -109,13 +112,20 @@ def _read_glance(path: str) -> Glance:
     return _kept(load_glance, path)
 
 
-def write_html(report: Report, path: str, shown: Sequence[Rows] | None = None, page: Page | None = None) -> None:
+def write_html(
+    report: Report,
+    path: str,
+    shown: Sequence[Rows] | None = None,
+    page: Page | None = None,
+    drawing: Beside[DigestSections] | None = None,
+) -> None:
     """The report's page at ``path``; ``page``: a big compressed report's ``skim.load_page`` (``report`` being
-    its outline), whose digests and sampled results the page is drawn from."""
+    its outline), whose digests and sampled results the page is drawn from; ``drawing``: its sections of every
+    result, started (``html.start_drawing``)."""
     from orchestrator.report.html import render_html
 
-    text = render_html(report, shown) if page is None else render_html(report, shown, page.digests, page.sampled)
-    _write_page(text, path)
+    digests, sampled = (page.digests, page.sampled) if page is not None else (None, None)
+    _write_page(render_html(report, shown, digests, sampled, drawing), path)
 
 
 def _read_page(path: str) -> Page | None:
@@ -168,16 +178,24 @@ def report(
         loaded: Report = page.outline
     else:
         loaded = _read_outline(path) if format == "table" and html is None else _read_report(path)
-    # the terminal's tables and the page's, worked out once where both are drawn; the terminal alone makes the
-    # rows it shows of a big report's long tables (``print_report``)
-    shown = list(views(loaded)) if format == "table" and html is not None else None
-    if format == "table":
-        print_report(out_console, loaded, shown=shown)
-    else:
-        sys.stdout.write(markdown(loaded) if format == "markdown" else csv_text(loaded))
+    # the page's charts and table of every result are drawn beside this process (a fork, where that is safe) while
+    # it works out the tables, prints them and draws the rest of the page
+    drawing = None
     if html is not None:
-        write_html(loaded, html, shown, page)
-        err_console.print(f"HTML: {html}", highlight=False)
+        from orchestrator.report.html import start_drawing
+
+        drawing = start_drawing(loaded, page.digests if page is not None else None)
+    with drawing or nullcontext():
+        # the terminal's tables and the page's, worked out once where both are drawn; the terminal alone makes the
+        # rows it shows of a big report's long tables (``print_report``)
+        shown = list(views(loaded)) if format == "table" and html is not None else None
+        if format == "table":
+            print_report(out_console, loaded, shown=shown)
+        else:
+            sys.stdout.write(markdown(loaded) if format == "markdown" else csv_text(loaded))
+        if html is not None:
+            write_html(loaded, html, shown, page, drawing)
+            err_console.print(f"HTML: {html}", highlight=False)
 
 
 def compare(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import quote
 
@@ -25,6 +26,7 @@ from orchestrator.report.charts import (
     times_figure,
 )
 from orchestrator.report.digest import Digest
+from orchestrator.report.forked import Beside
 from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
 from orchestrator.report.views import SHIP_TITLE, as_digests, failures_rows, headline, results_rows, views
@@ -54,19 +56,47 @@ SAMPLES_JS = """
 """
 
 
+DigestSections = tuple[list[str], str, str, str]  # the speedup charts, compile latency, eager vs compiled, every result
+
+
+def start_drawing(report: Report, digests: Sequence[Digest] | None = None) -> Beside[DigestSections]:
+    """The page's sections drawn from every result's digest (``digest_sections``), started beside this process
+    (``forked.Beside``): at 100,000 results, the half of the page's drawing that reads every result, made while
+    the caller works out and prints the rest. ``digests``: as ``render_html`` takes them."""
+    every = as_digests(report.results) if digests is None else digests
+    return Beside(partial(digest_sections, report, every))
+
+
+def digest_sections(report: Report, every: Sequence[Digest]) -> DigestSections:
+    """The speedup charts, the compile latency chart, the eager vs compiled chart and the table of every result,
+    each as the page's HTML."""
+    return (
+        [figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(every))],
+        figure_html(compile_figure(every), "chart-compile"),
+        figure_html(times_figure(every), "chart-times"),
+        table_html(results_rows(every, report.name, report.environment.calibration)),
+    )
+
+
 def render_html(
     report: Report,
     shown: Sequence[Rows] | None = None,
     digests: Sequence[Digest] | None = None,
     sampled: Sequence[Result] | None = None,
+    drawing: Beside[DigestSections] | None = None,
 ) -> str:
     """The page as one string: header and warnings, summary tables, charts, failures, every result.
     ``shown``: the report's ``views``, where they were worked out already (the terminal's). A big compressed
     report is drawn from its ``skim.load_page``: an ``Outline`` (the results the page lists one by one), ``digests``
     (what the table of every result and the charts read of each, one a result in its order) and ``sampled`` (the
     first ``MAX_SAMPLE_RESULTS`` results with a side timed: the raw-sample chart's); otherwise both are the
-    report's own results."""
-    every = as_digests(report.results) if digests is None else digests
+    report's own results. ``drawing``: the sections of every result's digest, where the caller started them
+    (``start_drawing``); else they are started here, beside the rest."""
+    with drawing or start_drawing(report, digests) as started:
+        return _page(report, shown, sampled, started)
+
+
+def _page(report: Report, shown: Sequence[Rows] | None, sampled: Sequence[Result] | None, drawing: Beside) -> str:
     body = [_header(report)]
     shown = list(views(report)) if shown is None else shown
     ship = next((view for view in shown if view.title == SHIP_TITLE), None)
@@ -81,13 +111,20 @@ def render_html(
         body.append(figure_html(pareto_figure(report), "chart-pareto"))
     body.append("<h2>Summary</h2>")
     body += [table_html(view) for view in shown if view.title not in ("failures", SHIP_TITLE)]
+    replays = replay_figures(report)
+    scaled, ranked = scaling_figure(report), rank_figure(report)
+    samples, failures, traces = (
+        _samples_section(report.results if sampled is None else sampled),
+        _failures(report),
+        _traces(report),
+    )
+    speedups, compiled, times, every_result = drawing.result()
     body.append("<h2>Speedup per target and configuration</h2>")
     body.append(
         '<p class="meta">Ratio of medians (eager / compiled), with its 95% bootstrap interval; the line is 1.0x '
         "(no change). Results that failed or recompiled while timed are left out.</p>"
     )
-    body += [figure_html(fig, f"chart-speedup-{i}") for i, fig in enumerate(speedup_figures(every))]
-    replays = replay_figures(report)
+    body += speedups
     if replays:
         body.append("<h2>Shape-traffic replay</h2>")
         body.append(
@@ -96,7 +133,6 @@ def render_html(
             "below eager's, compiling has paid for itself.</p>"
         )
         body += [figure_html(fig, div) for div, fig in replays]
-    scaled, ranked = scaling_figure(report), rank_figure(report)
     if scaled is not None or ranked is not None:
         body.append("<h2>Distributed experiments</h2>")
         body.append(
@@ -105,19 +141,18 @@ def render_html(
         )
         body += [figure_html(f, div) for div, f in (("chart-scaling", scaled), ("chart-ranks", ranked)) if f]
     body.append("<h2>Compile latency per configuration</h2>")
-    body.append(figure_html(compile_figure(every), "chart-compile"))
+    body.append(compiled)
     body.append("<h2>Eager vs compiled time per device model</h2>")
-    body.append(figure_html(times_figure(every), "chart-times"))
+    body.append(times)
     body.append("<h2>Raw samples of one result</h2>")
-    body.append(_samples_section(report.results if sampled is None else sampled))
+    body.append(samples)
     body.append("<h2>Failures</h2>")
-    body.append(_failures(report))
-    traces = _traces(report)
+    body.append(failures)
     if traces:
         body.append("<h2>Compile traces</h2>")
         body.append(traces)
     body.append("<h2>Every result</h2>")
-    body.append(table_html(results_rows(every, report.name, report.environment.calibration)))
+    body.append(every_result)
     return document(f"{report.name}: compilebench report", body)
 
 

@@ -1,0 +1,95 @@
+"""Work done in a forked copy of this process while this one goes on (``Beside``): a big report's page draws its
+charts and its table of every result there, while the command works out and prints the rest.
+
+The copy is forked only where that is safe (``can_fork``): on Linux, from a process running no other thread, since
+a lock another thread held would be copied held. It shares this process's memory until either writes to it, so
+nothing is sent to it; what it makes comes back pickled through a temporary file, read once it has exited. Anywhere
+else, or where the copy fails, the work is done in this process when its result is asked for: the same result
+either way, and the same error where the work raises one.
+
+Imports nothing of the report; only ``tasks.heap``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import threading
+from collections.abc import Callable
+from typing import IO, Generic, NoReturn, TypeVar
+
+from tasks.heap import collector_paused
+
+T = TypeVar("T")
+
+
+def can_fork() -> bool:
+    """Whether this process may fork a copy to work in: Linux, and no other thread running (macOS may not let a
+    forked process use every system library; Windows has no fork)."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+class Beside(Generic[T]):
+    """``make()``, started in a forked copy of this process where ``can_fork``; ``result`` waits for what it made.
+    Use it as a context manager, so that a copy whose result is never asked for (the caller failed meanwhile) is
+    stopped and reaped."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._pid: int | None = None
+        self._file: IO[bytes] | None = None
+        if can_fork():
+            self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by result or close)
+            pid = os.fork()
+            if pid == 0:
+                self._child(self._file)
+            self._pid = pid
+
+    @property
+    def forked(self) -> bool:
+        """Whether a copy is making it (until ``result``)."""
+        return self._pid is not None
+
+    def _child(self, file: IO[bytes]) -> NoReturn:
+        """In the copy: make it, pickle it to the file, and leave without running this process's exit handlers
+        or flushing its buffers (the parent's, copied). Any failure is exit 1: the parent then makes it itself."""
+        code = 1
+        try:
+            with collector_paused():  # a collection would touch, so copy, every object of the parent's
+                pickle.dump(self._make(), file, protocol=pickle.HIGHEST_PROTOCOL)
+                file.flush()
+            code = 0
+        finally:
+            os._exit(code)
+
+    def result(self) -> T:
+        """What ``make()`` returned: the copy's, once it exited; made here where there was no copy or it failed."""
+        pid, file = self._pid, self._file
+        self._pid = self._file = None
+        if pid is None or file is None:
+            return self._make()
+        with file:
+            _, status = os.waitpid(pid, 0)
+            if os.waitstatus_to_exitcode(status) == 0:
+                file.seek(0)
+                return pickle.load(file)  # written by this process's own copy, in a file only the two hold
+        return self._make()
+
+    def close(self) -> None:
+        """Stop a copy still working (its result no longer wanted) and reap it."""
+        pid, file = self._pid, self._file
+        self._pid = self._file = None
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        if file is not None:
+            file.close()
+
+    def __enter__(self) -> Beside[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -446,6 +446,26 @@ def test_compare_reads_a_compressed_reports_digests_alone_and_judges_as_it_does_
     pair = [str(kept["gz"].with_name(name)) for name in ("phased.json.gz", "changed.json.gz")]
     cli = CliRunner().invoke(app, ["compare", *pair, "--gate-compile", "--format", "json"])
     assert cli.exit_code == 1 and json.loads(cli.output)["changes"] == json.loads(whole)["changes"]
+    # in a process of its own, as a user runs it: the summaries' decisions read in a forked copy (Linux)
+    command = [sys.executable, "-c", _GLANCES_BESIDE, *pair]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["changes"] == json.loads(whole)["changes"]
+
+
+_GLANCES_BESIDE = """
+import sys
+from orchestrator.cli import main
+from orchestrator.report import skim
+if sys.platform == "linux":
+    class Checked(skim.Beside):
+        def __init__(self, make):
+            super().__init__(make)
+            assert self.forked
+    skim.Beside = Checked
+sys.argv[1:] = ["compare", *sys.argv[1:], "--gate-compile", "--format", "json"]
+main()
+"""
 
 
 def test_a_compressed_report_whose_digests_do_not_validate_is_read_whole(kept, tmp_path):

@@ -104,12 +104,13 @@ def _v3_chunks(path: str, **change: str | None) -> Iterator[bytes] | None:
     return checked(chunks)
 
 
-def _read_glance(path: str) -> Glance:
-    """The report at ``path`` as the gate reads it (``skim.load_glance``: a compressed report's digests alone),
-    kept (``_kept``)."""
-    from orchestrator.report.skim import load_glance
+def _read_glances(base: str, new: str) -> tuple[Glance, Glance]:
+    """The two reports as the gate reads them (``skim.load_glances``: a compressed report's digests and its groups'
+    decisions alone, the decisions read in a forked copy where that is safe), kept (``_kept``)."""
+    from orchestrator.report.skim import load_glances
 
-    return _kept(load_glance, path)
+    first, second = _kept(lambda _: load_glances(base, new), base)
+    return first, second
 
 
 def write_html(
@@ -259,7 +260,7 @@ def compare(
         figures = read_noise(noise) if noise is not None else []
     except NoiseError as e:
         raise fail(f"--noise: {e}", 2) from None
-    reports = _read_glance(base), _read_glance(new)
+    reports = _read_glances(base, new)
     thresholds = Thresholds(
         speed=threshold,
         compile=compile_threshold,

@@ -16,13 +16,25 @@ import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Final, Literal, TypeVar
 
 from pydantic import BaseModel
 
 from orchestrator.report.cells import SCREENFUL
-from orchestrator.report.digest import PAGE_FIELDS, Digest, DigestColumns, GateColumns, Glance, SummaryGlance, glance
+from orchestrator.report.digest import (
+    PAGE_FIELDS,
+    Decided,
+    Digest,
+    DigestColumns,
+    GateColumns,
+    Glance,
+    SummaryGlance,
+    decided,
+    glance,
+)
+from orchestrator.report.forked import Beside, can_fork
 from orchestrator.report.io import (
     DIGESTS_OPEN,
     RESULTS_OPEN,
@@ -189,9 +201,9 @@ def load_results_as(path: str | Path, model: type[_Model]) -> list[_Model] | Non
 
 
 class _Head(BaseModel):
-    """The first lines of a compressed report (``_compressed``) as ``load_glance`` reads them: the fields the
-    gate reads, the summary as ``SummaryGlance`` (labels and decisions), the digests; the results are not
-    read. Every other field is skipped unread, as are those of a newer version of the same schema."""
+    """The first lines of a compressed report (``_compressed``) as ``load_glance`` reads them in one pass: the
+    fields the gate reads, the summary as ``SummaryGlance`` (labels and decisions), the digests; the results are
+    not read. Every other field is skipped unread, as are those of a newer version of the same schema."""
 
     schema_version: Literal[2, 3]  # another version is read whole (``read``), which names it
     name: str
@@ -201,19 +213,88 @@ class _Head(BaseModel):
     digests: GateColumns
 
 
+class _GateHead(BaseModel):
+    """``_Head`` less the summary, whose line is not read (``load_glances``: a forked copy reads it)."""
+
+    schema_version: Literal[2, 3]
+    name: str
+    complete: bool = True
+    environment: Environment
+    digests: GateColumns
+
+
+class _SummaryHead(BaseModel):
+    """``_Head``'s summary alone (``load_glances``)."""
+
+    schema_version: Literal[2, 3]
+    summary: SummaryGlance
+
+
 def load_glance(path: str | Path) -> Glance:
-    """A report as ``compare`` reads it (``digest.Glance``), any report or journal ``read`` takes. Raises
+    """A report as ``compare`` reads it (``digest.Glance``), any report or journal ``read`` takes; as
+    ``load_glances``. Raises ``ReportError``."""
+    return load_glances(path)[0]
+
+
+def load_glances(*paths: str | Path) -> list[Glance]:
+    """Each report as ``compare`` reads it (``digest.Glance``), any report or journal ``read`` takes. Raises
     ``ReportError``.
 
-    A compressed report whose first line holds its digests (``_compressed``) is read up to its results and no
-    further: none of its results is decompressed or validated. Any other (an indented report, one written
-    before digests, a journal), or one whose first line does not validate, is read whole (``read``, which
-    names what is wrong) and digested.
+    A compressed report whose first lines hold its digests (``_compressed``) is read up to its results and no
+    further: none of its results is decompressed or validated. Where this process may fork (``forked.can_fork``),
+    the groups' decisions are read from the reports' summaries in a forked copy (``forked.Beside``) while this
+    one reads their digests: at 100,000 results each summary is 100 MB of JSON, a third of a report's reading,
+    and the copy sends back the decisions alone. Any other report (an indented one, one written before digests or
+    decisions, a journal), or one whose first lines do not validate, is read whole (``read``, which names what is
+    wrong) and digested.
     """
+    if not can_fork():
+        return [_glance_here(p) for p in paths]
+    with Beside(partial(_decisions_of_each, paths)) as decisions:
+        heads = [_gate_head(p) for p in paths]
+        found = decisions.result()
+    return [
+        Glance(head.name, head.complete, head.environment, decisions, head.digests.digests())
+        if head is not None and decisions is not None
+        else glance(read(path))  # read whole, which names what is wrong
+        for path, head, decisions in zip(paths, heads, found, strict=True)
+    ]
+
+
+def _glance_here(path: str | Path) -> Glance:
+    """``load_glances`` of one report in one pass, in this process."""
     with _past_head(path) as past:
         if past is not None:
             _, fields, digests = past
             top = _Head.model_validate_json(fields + digests.removesuffix(RESULTS_OPEN) + b'"results":[]}')
             if all(g.decision is not None for g in top.summary.groups):
-                return Glance(top.name, top.complete, top.environment, top.summary, top.digests.digests())
+                return Glance(top.name, top.complete, top.environment, decided(top.summary), top.digests.digests())
     return glance(read(path))  # read whole, which names what is wrong
+
+
+def _gate_head(path: str | Path) -> _GateHead | None:
+    """A compressed report's first line and digests (its summary's line passed over); None where it has none or
+    they do not validate."""
+    with _past_head(path) as past:
+        if past is not None:
+            _, fields, digests = past
+            first = fields[: fields.index(b"\n") + 1]  # the first line, then the digests' (the summary's left out)
+            return _GateHead.model_validate_json(first + digests.removesuffix(RESULTS_OPEN) + b'"results":[]}')
+    return None
+
+
+def _decisions_of_each(paths: tuple[str | Path, ...]) -> list[Decided | None]:
+    return [_decisions(path) for path in paths]
+
+
+def _decisions(path: str | Path) -> Decided | None:
+    """A compressed report's groups' decisions (``digest.decided``); None where it has no digests, a group has no
+    decision (a summary written before them: the report is read whole, and they are worked out from its
+    results) or they do not validate."""
+    with _past_head(path) as past:
+        if past is not None:
+            _, fields, _ = past
+            top = _SummaryHead.model_validate_json(fields + b'"results":[]}')
+            if all(g.decision is not None for g in top.summary.groups):
+                return decided(top.summary)
+    return None

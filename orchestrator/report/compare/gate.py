@@ -138,24 +138,23 @@ def _compared(
 def decision_changes(base: Glance, new: Glance) -> list[Change]:
     """Groups (target, params, device model, phase, precision) whose recommendation differs: printed, never
     a regression by itself (the runs behind it are judged above)."""
-    decided = [{(g.device_model, g.label): g for g in r.summary.groups if g.decision is not None} for r in (base, new)]
     changes = []
-    for key, bg in decided[0].items():
-        ng = decided[1].get(key)
-        b, n = bg.decision, ng.decision if ng else None
-        if ng is None or b is None or n is None or b.recommend == n.recommend:
+    for (model, label), (b_recommend, b_reason, b_results) in base.decided.items():
+        found = new.decided.get((model, label))
+        if found is None or found[0] == b_recommend:
             continue
+        n_recommend, n_reason, n_results = found
         changes.append(
             Change(
                 kind="recommendation",
                 experiment_id="",
-                target=bg.label,
+                target=label,
                 config="-",
-                device_model=bg.device_model,
-                base=f"{b.recommend} ({b.reason})",
-                new=f"{n.recommend} ({n.reason})",
-                change=f"{b.recommend} -> {n.recommend}",
-                runs=(bg.results, ng.results),
+                device_model=model,
+                base=f"{b_recommend} ({b_reason})",
+                new=f"{n_recommend} ({n_reason})",
+                change=f"{b_recommend} -> {n_recommend}",
+                runs=(b_results, n_results),
                 regression=False,
             )
         )

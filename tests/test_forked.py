@@ -1,4 +1,4 @@
-"""Work beside this process (``orchestrator.report.forked.Beside``): made in a forked copy where that is safe, made
+"""Work beside this process (``tasks.forked.Beside``): made in a forked copy where that is safe, made
 here otherwise or where the copy fails, the same result either way. Each case runs in a fresh interpreter, as a
 command does: a pytest worker may run threads of its own, and then nothing is forked."""
 
@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from orchestrator.report import forked
-from orchestrator.report.forked import Beside
+from tasks import forked
+from tasks.forked import Beside
 
 
 def run_fresh(code: str) -> str:
@@ -24,7 +24,7 @@ def test_the_work_is_made_in_a_copy_and_comes_back_whole():
     out = run_fresh(
         """
         import os
-        from orchestrator.report.forked import Beside
+        from tasks.forked import Beside
         parent = os.getpid()
         with Beside(lambda: (os.getpid(), ["x" * 1000] * 50_000, {"n": 1.5})) as beside:
             assert beside.forked
@@ -41,7 +41,7 @@ def test_a_copy_that_fails_is_made_here_and_an_error_is_raised_here():
     out = run_fresh(
         """
         import os
-        from orchestrator.report.forked import Beside
+        from tasks.forked import Beside
         parent = os.getpid()
 
         def only_here():
@@ -68,7 +68,7 @@ def test_closing_stops_a_copy_still_working_and_reaps_it():
     out = run_fresh(
         """
         import os, time
-        from orchestrator.report.forked import Beside
+        from tasks.forked import Beside
         start = time.monotonic()
         with Beside(lambda: time.sleep(60)) as beside:
             pid = beside._pid
@@ -86,7 +86,7 @@ def test_with_another_thread_running_nothing_is_forked():
     out = run_fresh(
         """
         import os, threading
-        from orchestrator.report.forked import Beside
+        from tasks.forked import Beside
         stop = threading.Event()
         thread = threading.Thread(target=stop.wait)
         thread.start()

@@ -284,7 +284,7 @@ def test_the_floor_check_finds_crossings_and_loose_modules():
 
 # The report package's modules in the order of its docstring: each imports only modules before it.
 REPORT_ORDER = [
-    "forked", "models", "cells", "decision", "summary", "digest", "points", "io", "skim", "replay", "ranks", "views",
+    "models", "cells", "decision", "summary", "digest", "points", "io", "skim", "replay", "ranks", "views",
     "render", "page", "charts", "html", "compile_phases", "compare.models", "compare.noise", "compare.verdicts",
     "compare.gate", "compare.aa", "compare.render", "compare", "changepoints", "history",
     "history_html", "progress", "export.mapping", "export.strings", "export.pytorch_v3", "export.harness_csv",

@@ -317,7 +317,7 @@ def test_the_page_drawn_beside_the_command_is_the_page_drawn_in_one_process(kept
     """``report --html`` draws the charts and the table of every result in a forked copy of itself (Linux, no
     other thread), started as soon as the report is read; the page is the one a single process draws, byte for
     byte. The command runs as a user runs it, in a process of its own (this one may run other threads)."""
-    import orchestrator.report.forked as forked_module
+    import tasks.forked as forked_module
 
     monkeypatch.setattr(forked_module, "can_fork", lambda: False)
     here = render_html(read(kept["gz"]))

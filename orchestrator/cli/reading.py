@@ -19,9 +19,9 @@ if TYPE_CHECKING:
     from orchestrator.report import Report
     from orchestrator.report.cells import Rows
     from orchestrator.report.digest import Glance
-    from orchestrator.report.forked import Beside
     from orchestrator.report.html import DigestSections
     from orchestrator.report.skim import Page
+    from tasks.forked import Beside
     from tasks.result import Result
 
 _T = TypeVar("_T")

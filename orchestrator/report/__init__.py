@@ -4,7 +4,6 @@ reading and writing.
 Importable without Ray, torch or a GPU: ``compilebench report`` and ``compare`` read reports anywhere.
 Imports run one way: each module imports only modules listed before it.
 
-- ``forked``: work done in a forked copy of the process while it goes on (a big page's charts);
 - ``models``: the versioned report envelope and its summary;
 - ``cells``: numbers rounded for people, ``Rows`` of text cells, and their rich and Markdown tables;
 - ``decision``, then ``summary``: what to ship per group; statistics derived from the results;

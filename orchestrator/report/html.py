@@ -26,10 +26,10 @@ from orchestrator.report.charts import (
     times_figure,
 )
 from orchestrator.report.digest import Digest
-from orchestrator.report.forked import Beside
 from orchestrator.report.models import Report, result_group
 from orchestrator.report.page import PAGE_ROWS, document, escape, figure_html, table_html
 from orchestrator.report.views import SHIP_TITLE, as_digests, failures_rows, headline, results_rows, views
+from tasks.forked import Beside
 from tasks.result import Result
 from tasks.text import first_line
 

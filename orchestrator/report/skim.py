@@ -34,7 +34,6 @@ from orchestrator.report.digest import (
     decided,
     glance,
 )
-from orchestrator.report.forked import Beside, can_fork
 from orchestrator.report.io import (
     DIGESTS_OPEN,
     RESULTS_OPEN,
@@ -46,6 +45,7 @@ from orchestrator.report.io import (
 )
 from orchestrator.report.models import Environment, Outline, Report
 from orchestrator.store.storage import location
+from tasks.forked import Beside, can_fork
 from tasks.heap import collector_paused
 from tasks.result import Result
 

@@ -1,5 +1,7 @@
 """Work done in a forked copy of this process while this one goes on (``Beside``): a big report's page draws its
-charts and its table of every result there, while the command works out and prints the rest.
+charts and its table of every result there while the command works out and prints the rest; ``compare`` reads the
+two summaries' decisions there while it reads the digests; a resumed run loads its spec there while it reads its
+journal. Driver-side only, with the other helpers both sides may import (``heap``, ``files``).
 
 The copy is forked only where that is safe (``can_fork``): on Linux, from a process running no other thread, since
 a lock another thread held would be copied held. It shares this process's memory until either writes to it, so
@@ -7,7 +9,7 @@ nothing is sent to it; what it makes comes back pickled through a temporary file
 else, or where the copy fails, the work is done in this process when its result is asked for: the same result
 either way, and the same error where the work raises one.
 
-Imports nothing of the report; only ``tasks.heap``.
+Imports nothing of the project but ``tasks.heap``.
 """
 
 from __future__ import annotations

@@ -262,3 +262,74 @@ def test_a_run_freezes_the_results_it_read_before_the_collector_walks_them(tmp_p
     with pytest.raises(JournalError), settled_journal(path):  # neither resume nor overwrite: refused, as run is
         pass
     assert gc.isenabled()
+
+
+_SETTLED_BESIDE = """
+import json, sys
+from orchestrator import api
+from tasks import forked
+
+forks = []
+
+
+class Seen(forked.Beside):
+    def __init__(self, make):
+        super().__init__(make)
+        forks.append(self.forked)
+
+
+api.Beside = Seen
+spec_path, out, bad_spec, bad_out = sys.argv[1:]
+with api.settled_run(spec_path, out, resume=True) as (spec, where, journal):
+    found = {"forked": forks, "ids": [e.id for e in spec.experiments], "kept": len(journal.previous.results)}
+errors = []
+for spec_arg, out_arg in ((bad_spec, bad_out), (bad_spec, out), (spec_path, bad_out)):
+    try:
+        with api.settled_run(spec_arg, out_arg, resume=True):
+            pass
+    except Exception as e:
+        errors.append(type(e).__name__)
+print(json.dumps(found | {"errors": errors, "forks": forks}))
+"""
+
+
+def test_a_resume_loads_its_spec_in_a_copy_beside_the_journal_and_says_a_bad_spec_first(write_spec, tmp_path):
+    """``settled_run`` on a resume, in a process of its own as a command runs it: the spec is loaded in a forked
+    copy while the journal is read, and is the spec ``load_spec`` gives (the same ids); a bad spec is said before
+    a bad ``out`` and before a journal the run may not take, as when the spec was loaded first; a good spec with a
+    bad ``out`` says the ``out``. Without a fork (here, in a pytest worker told it may not) the same."""
+    import json
+
+    from orchestrator import api
+    from orchestrator.plan.paths import OutPathError
+    from orchestrator.plan.spec import SpecError, load_spec
+    from tasks import forked
+
+    spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    sweep: {seed: [0, 1, 2, 3, 4, 5]}\n")
+    ids = [e.id for e in load_spec(spec).experiments]
+    out = tmp_path / "r.json"
+    with Journal(journal_path(out)) as journal:
+        for experiment_id in ids[:2]:
+            journal.append(result(experiment_id))
+    bad_spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    seed: many\n", name="bad.yaml")
+    bad_out = tmp_path  # a directory: no report goes there
+    command = [sys.executable, "-c", _SETTLED_BESIDE, str(spec), str(out), str(bad_spec), str(bad_out)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    if sys.platform == "linux":
+        assert found["forks"] == [True] * 4
+    assert found["ids"] == ids and found["kept"] == 2
+    assert found["errors"] == ["SpecError", "SpecError", "OutPathError"]
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(forked, "can_fork", lambda: False)
+    monkeypatch.setattr(api, "can_fork", lambda: False)
+    try:
+        with api.settled_run(spec, out, resume=True) as (loaded, _, opened):
+            assert [e.id for e in loaded.experiments] == ids and len(opened.previous.results) == 2
+        for spec_arg, out_arg, error in ((bad_spec, bad_out, SpecError), (spec, bad_out, OutPathError)):
+            with pytest.raises(error), api.settled_run(spec_arg, out_arg, resume=True):
+                pass
+    finally:
+        monkeypatch.undo()

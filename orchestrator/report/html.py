@@ -3,8 +3,10 @@
 The page is the views (``views``) as HTML tables (``page.table_html``) and the charts (``charts``)
 as plotly divs, with the sections only a page has: the header, the raw samples of one result,
 every failure with its whole message, the compile traces. The raw-sample chart redraws, from data
-embedded in the page, the result chosen in its selector. Imports the charts, the page's parts and
-the views below them.
+embedded in the page, the result chosen in its selector. The sections drawn from every result's digest
+(the speedup, compile latency and eager-vs-compiled charts, the table of every result: most of a big page's
+drawing) are made in a forked copy of the process where that is safe (``start_drawing``, ``tasks.forked``),
+while the rest is drawn here. Imports the charts, the page's parts and the views below them.
 """
 
 from __future__ import annotations

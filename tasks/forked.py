@@ -45,9 +45,19 @@ class Beside(Generic[T]):
         self._file: IO[bytes] | None = None
         if can_fork():
             self._file = tempfile.TemporaryFile()  # noqa: SIM115 (closed by result or close)
-            pid = os.fork()
+            for stream in (sys.stdout, sys.stderr):  # what is pending is written once, by this process
+                stream.flush()
+            try:
+                pid = os.fork()
+            except OSError:  # no room for a copy: made here when asked
+                self._file.close()
+                self._file = None
+                return
             if pid == 0:
-                self._child(self._file)
+                try:
+                    self._child(self._file)
+                finally:
+                    os._exit(1)
             self._pid = pid
 
     @property
@@ -70,11 +80,11 @@ class Beside(Generic[T]):
     def result(self) -> T:
         """What ``make()`` returned: the copy's, once it exited; made here where there was no copy or it failed."""
         pid, file = self._pid, self._file
-        self._pid = self._file = None
         if pid is None or file is None:
             return self._make()
+        _, status = os.waitpid(pid, 0)  # interrupted (Ctrl-C), the copy is still ours to stop (``close``)
+        self._pid = self._file = None
         with file:
-            _, status = os.waitpid(pid, 0)
             if os.waitstatus_to_exitcode(status) == 0:
                 file.seek(0)
                 return pickle.load(file)  # written by this process's own copy, in a file only the two hold

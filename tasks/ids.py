@@ -14,8 +14,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import types
+import typing
 from collections.abc import Callable, Collection
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
@@ -28,7 +30,8 @@ canonical: Final[Callable[[Any], str]] = json.JSONEncoder(
 NESTED_MEMO_SIZE: Final = 4096  # nested models whose text is kept; a sweep holds a few distinct ones
 # (id(model), id(default)) -> (the model and the default, kept alive so the ids stay theirs; its text)
 _NESTED: dict[tuple[int, int], tuple[BaseModel, Any, str]] = {}
-_FIELDS: dict[tuple[type, frozenset[str]], tuple[tuple[str, str, Any], ...]] = {}  # (class, left out) -> fields
+# (class, left out) -> its fields (``_fields_of``)
+_FIELDS: dict[tuple[type, frozenset[str]], tuple[tuple[str, str, Any, frozenset[type] | None], ...]] = {}
 
 
 def digest(data: Any, length: int) -> str:
@@ -44,7 +47,7 @@ def canonical_dump(model: BaseModel, exclude: frozenset[str] = frozenset()) -> s
     """``canonical(model.model_dump(mode="json", exclude_defaults=True, exclude=exclude))``, the same text."""
     parts: list[str] = []
     values = model.__dict__
-    for name, key, default in _fields_of(type(model), exclude):
+    for name, key, default, scalars in _fields_of(type(model), exclude):
         value = values[name]
         if value is default:
             continue
@@ -54,6 +57,8 @@ def canonical_dump(model: BaseModel, exclude: frozenset[str] = frozenset()) -> s
                 continue
         elif value == default:  # exclude_defaults: pydantic compares with ==
             continue
+        elif scalars is not None and type(value) in _SCALAR_TYPES and type(value) not in scalars:
+            text = None  # a value its field does not hold as it is (set without validation): pydantic converts it
         else:
             text = _text(value)
         if text is None:  # not a plain value: pydantic's dump, whole
@@ -82,15 +87,45 @@ def _model_text(value: BaseModel, default: Any) -> str | None:
     return text
 
 
-def _fields_of(cls: type[BaseModel], exclude: frozenset[str]) -> tuple[tuple[str, str, Any], ...]:
+def _fields_of(
+    cls: type[BaseModel], exclude: frozenset[str]
+) -> tuple[tuple[str, str, Any, frozenset[type] | None], ...]:
     """The class's fields less ``exclude``, in the canonical text's (sorted) order: each name, its key as JSON
-    text with the colon, and its default (a factory's called once: ``shared_default`` gives one instance)."""
+    text with the colon, its default (a factory's called once: ``shared_default`` gives one instance) and the
+    scalar types it holds as they are (``_scalars_of``)."""
     found = _FIELDS.get((cls, exclude))
     if found is None:
         fields = sorted((n, f) for n, f in cls.model_fields.items() if n not in exclude)
-        found = tuple((n, canonical(n) + ":", f.get_default(call_default_factory=True)) for n, f in fields)
+        found = tuple(
+            (n, canonical(n) + ":", f.get_default(call_default_factory=True), _scalars_of(f.annotation))
+            for n, f in fields
+        )
         _FIELDS[(cls, exclude)] = found
     return found
+
+
+_SCALAR_TYPES: Final = frozenset({str, int, float, bool})
+
+
+def _scalars_of(annotation: Any) -> frozenset[type] | None:
+    """The scalar types (``_SCALAR_TYPES``) a field of this annotation holds as validated: ``float`` holds no int
+    (pydantic makes ``5`` ``5.0``), ``int`` no bool; a ``Literal`` its values' types; a union its members'. None
+    where any value may stand (``Any``). A value of another scalar type got there without validation
+    (``model_copy(update=...)``), and is dumped by pydantic, which converts it."""
+    if annotation is Any:
+        return None
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return frozenset(type(arg) for arg in typing.get_args(annotation))
+    if origin is typing.Union or origin is types.UnionType:
+        found: set[type] = set()
+        for arg in typing.get_args(annotation):
+            inner = _scalars_of(arg)
+            if inner is None:
+                return None
+            found |= inner
+        return frozenset(found)
+    return frozenset({annotation}) & _SCALAR_TYPES if isinstance(annotation, type) else frozenset()
 
 
 def _text(value: Any) -> str | None:

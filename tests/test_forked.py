@@ -105,3 +105,30 @@ def test_where_fork_is_not_safe_the_work_is_made_when_asked(monkeypatch: pytest.
     beside = Beside(lambda: made.append(1) or len(made))
     assert not beside.forked and made == []
     assert beside.result() == 1 and made == [1]
+
+
+def test_a_wait_interrupted_by_ctrl_c_leaves_the_copy_to_be_stopped_and_reaped():
+    out = run_fresh(
+        """
+        import os, signal, time
+        from tasks.forked import Beside
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        pid = None
+        try:
+            with Beside(lambda: time.sleep(60)) as beside:
+                pid = beside._pid
+                signal.alarm(1)
+                beside.result()
+        except KeyboardInterrupt:
+            pass
+        try:
+            os.waitpid(pid, os.WNOHANG)
+            print("left running")
+        except ChildProcessError:
+            print("reaped")
+        """
+    )
+    assert out == "reaped"

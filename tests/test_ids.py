@@ -104,3 +104,15 @@ def test_a_shared_part_is_dumped_once_and_a_full_memo_starts_again(monkeypatch: 
 def test_an_id_is_the_digest_of_pydantics_text() -> None:
     exp = Experiment(target="seed.foo", params={"shape": [3]}, compile={"fullgraph": True})
     assert exp.id == ids.digest(exp.model_dump(mode="json", exclude_defaults=True, exclude=set(NOT_IN_ID)), 12)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # pydantic's, serializing a value its field does not hold
+def test_a_value_set_without_validation_is_dumped_as_pydantic_converts_it() -> None:
+    """``model_copy(update=...)`` stores what it is given: an int in a float field, a bool in an int field. Their
+    text is pydantic's (``60.0``, ``1``), not the value's own."""
+    exp = Experiment(target="seed.foo")
+    for update in ({"timeout_s": 60}, {"timeout_s": True}, {"seed": True}, {"retries": 2.0}, {"gpu_model": "H100"}):
+        copied = exp.model_copy(update=update)
+        assert canonical_dump(copied, NOT_IN_ID) == pydantics(copied), update
+    cfg = CompileConfig().model_copy(update={"fullgraph": 1})
+    assert canonical_dump(cfg) == canonical(cfg.model_dump(mode="json", exclude_defaults=True))

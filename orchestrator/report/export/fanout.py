@@ -21,8 +21,6 @@ from __future__ import annotations
 import gc
 import io
 import multiprocessing
-import sys
-import threading
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -46,6 +44,7 @@ from orchestrator.report.io import (
 )
 from orchestrator.report.models import Environment
 from orchestrator.store.storage import location
+from tasks.forked import can_fork
 from tasks.isolation import steady_allocator
 from tasks.result import Result
 from tasks.text import validation_line
@@ -217,8 +216,8 @@ def _unreadable(path: str | Path) -> ReportError:
 def _start_method() -> Literal["fork", "spawn"]:
     """How ``v3_chunks`` starts its processes: forked on Linux from a process running no other thread, so that
     no lock another thread holds is copied held; else spawned (macOS, where a forked process may not use
-    every system library, and Windows)."""
-    return "fork" if sys.platform == "linux" and threading.active_count() == 1 else "spawn"
+    every system library, and Windows): ``tasks.forked.can_fork``."""
+    return "fork" if can_fork() else "spawn"
 
 
 class _Encoders:

@@ -35,7 +35,6 @@ fails become a note on the result (``CompileCache.shared_note``) and a compile l
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import time
@@ -45,6 +44,7 @@ from typing import Any
 
 from tasks.experiment import Experiment
 from tasks.files import local_path, write_atomic
+from tasks.ids import digest
 from tasks.result import CompileCache
 from tasks.text import error_line
 
@@ -82,8 +82,7 @@ def key_fields(
 
 def shared_key(fields: Mapping[str, Any]) -> str:
     """The key of ``key_fields``: sha256 of their canonical JSON, ``KEY_LENGTH`` hex digits."""
-    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()[:KEY_LENGTH]
+    return digest(fields, KEY_LENGTH)
 
 
 def device_model(device: Any) -> str | None:

@@ -290,29 +290,26 @@ def settled_run(
         with settled_journal(journal_path(where), resume=resume, overwrite=overwrite) as journal:
             yield loaded, where, journal
         return
-    opened: Journal | None = None
     with Beside(partial(load_spec, spec)) as loading:
+
+        def loaded_spec() -> Spec:
+            loaded = loading.result()
+            if checks is not None:
+                checks(loaded)
+            return loaded
+
+        taken: list[Spec] = []
         try:
-            with collector_paused():
-                where = check_out(out)
-                opened = Journal(journal_path(where), resume=resume, overwrite=overwrite)
-                loaded = loading.result()
-                if checks is not None:
-                    checks(loaded)
-                gc.freeze()
-        except BaseException as e:
-            if opened is not None:
-                opened.close()
-            if isinstance(e, Exception) and loading.forked:  # out or the journal refused: a bad spec is said first
-                loaded = loading.result()
-                if checks is not None:
-                    checks(loaded)
+            where = check_out(out)
+            journal_at = journal_path(where)
+            with settled_journal(
+                journal_at, resume=resume, overwrite=overwrite, then=lambda: taken.append(loaded_spec())
+            ) as journal:
+                yield taken[0], where, journal
+        except Exception:
+            if loading.forked:  # out or the journal refused before the spec was taken: a bad spec is said first
+                loaded_spec()
             raise
-    try:
-        with opened:
-            yield loaded, where, opened
-    finally:
-        gc.unfreeze()
 
 
 def compile_checks(compile_cache: str | Path | None) -> Callable[[Spec], object]:
@@ -321,15 +318,25 @@ def compile_checks(compile_cache: str | Path | None) -> Callable[[Spec], object]
 
 
 @contextlib.contextmanager
-def settled_journal(path: Location, *, resume: bool = False, overwrite: bool = False) -> Iterator[Journal]:
+def settled_journal(
+    path: Location, *, resume: bool = False, overwrite: bool = False, then: Callable[[], object] | None = None
+) -> Iterator[Journal]:
     """The run's journal, opened (``Journal``: a resumed one's results read), and then what the process holds
     (the spec's experiments, those results) left out of Python's cyclic garbage collection until the block ends
     (``gc.freeze``). It lives as long as the run, and the collector would otherwise walk all of it again and
     again as the run allocates: with 100,000 experiments and 50,000 resumed results, seconds of the resume and
     of every minute. The collector stays paused from the reading to the freeze: its first collection after
-    reading 50,000 results walked every one of them (0.3 s) just before they were frozen."""
+    reading 50,000 results walked every one of them (0.3 s) just before they were frozen. ``then``: called once
+    the journal is read, before the freeze, so that what it makes is frozen too (``settled_run``'s spec, loaded
+    beside the reading); the journal is closed where it raises."""
     with collector_paused():
         journal = Journal(path, resume=resume, overwrite=overwrite)
+        if then is not None:
+            try:
+                then()
+            except BaseException:
+                journal.close()
+                raise
         gc.freeze()
     try:
         with journal:

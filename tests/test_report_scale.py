@@ -623,9 +623,8 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     assert here is not None and b"".join(here) == expected
     monkeypatch.undo()
     if sys.platform == "linux":  # forked, from a fresh process: this one may run other threads (a Ray session's)
-        forked = subprocess.run(
-            [sys.executable, "-c", _FORKED, str(path), json.dumps(change)], capture_output=True, check=True
-        )
+        forked = subprocess.run([sys.executable, "-c", _FORKED, str(path), json.dumps(change)], capture_output=True)
+        assert forked.returncode == 0, forked.stderr.decode()[-2000:]
         assert forked.stdout == expected
     lines = expected.splitlines()[1:-1]
     twice = [json.loads(line.removesuffix(b",")) for line in lines]
@@ -644,12 +643,26 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
     assert out.read_bytes() == expected
 
 
+# Forked, each batch's lines and records go through a shared block; where a batch's records or its lines do not fit
+# in one, through the pool's pipes: the same text each way.
 _FORKED = """
 import json, sys
 from orchestrator.report.export import fanout
 assert fanout._start_method() == "fork"
 fanout.BATCH, fanout._LEAST_STORED = 100, 1
-sys.stdout.buffer.write(b"".join(fanout.v3_chunks(sys.argv[1], processes=2, **json.loads(sys.argv[2]))))
+came = []
+result = fanout._Batch.result
+fanout._Batch.result = lambda self: came.append(type(self.future.result()).__name__) or result(self)
+def made():
+    came.clear()
+    return b"".join(fanout.v3_chunks(sys.argv[1], processes=2, **json.loads(sys.argv[2])))
+text = made()
+assert set(came) == {"int"}, came  # every batch's records left in its block
+fanout.BLOCK_BYTES = 400_000  # a batch's lines fit, its records (about 1 MB) do not, but the last one's
+assert made() == text and came == ["bytes"] * 6 + ["int"], came
+fanout.BLOCK_BYTES = 1000  # nor its lines
+assert made() == text and set(came) == {"bytes"}, came
+sys.stdout.buffer.write(text)
 """
 
 

@@ -4,7 +4,8 @@ Validating the 500 MB of JSON of 100,000 results and encoding their half a milli
 25 s of one core, and pydantic and orjson hold the GIL while they work: threads would take turns. So the
 results' lines, as they are inflated, go in batches (``BATCH``) to other processes, each validating its
 batch as ``Result`` and encoding its records (``pytorch_v3.record_lines``); the batches come back and are
-written in the report's order, a few in flight a process (``AHEAD``), never the whole text held. Of the rest
+written in the report's order, a few in flight a process (``AHEAD``), never the whole text held. Forked, a
+batch goes out and comes back through memory the processes share (``_Blocks``), not the pool's pipes. Of the rest
 of the report only its first line (name, time stamp, environment) and its digests' experiment ids (how many
 runs of each experiment it holds) are read: its summary, 100 MB of JSON at 100,000 groups, is passed over.
 
@@ -20,11 +21,13 @@ from __future__ import annotations
 
 import gc
 import io
+import mmap
 import multiprocessing
 from collections import Counter, deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
@@ -51,6 +54,7 @@ from tasks.text import validation_line
 
 BATCH: Final = 500  # results a batch: about 2 MB of lines out, 5 MB of records back
 AHEAD: Final = 3  # batches in flight a process: one working, the next ones queued
+BLOCK_BYTES: Final = 32 * 2**20  # a batch's shared block (``_Blocks``): its lines in, then its records out
 _LEAST_STORED: Final = 200  # compressed bytes a result takes at least (about 870 at 100,000 results)
 _SEPARATOR: Final = b",\n"  # between two records of the list, each on a line of its own
 
@@ -153,7 +157,7 @@ def _list(
     runs = Counter(ids)
     opening = b"[\n"  # what comes before the next batch's records: the list's opening, then a separator
     with lines, encoders:
-        pending: deque[Future[bytes]] = deque()
+        pending: deque[_Batch] = deque()
         for start, batch in _batches(path, lines, len(ids)):
             pending.append(encoders.submit(kept, start, batch, [runs[i] for i in ids[start : start + len(batch)]]))
             while len(pending) >= AHEAD * encoders.processes or (pending and pending[0].done()):
@@ -190,12 +194,12 @@ def _batches(path: str | Path, lines: io.BufferedReader, count: int) -> Iterator
     raise _unreadable(path)
 
 
-def _done(path: str | Path, future: Future[bytes]) -> bytes:
+def _done(path: str | Path, batch: _Batch) -> bytes:
     """A batch's records. Raises ``ReportError`` for a line that did not validate, ``ExportError`` where a process
     making them died (killed, out of memory, or unable to start: a script that spawns without the
     ``if __name__ == "__main__"`` guard)."""
     try:
-        return future.result()
+        return batch.result()
     except _Invalid as e:
         raise ReportError(f"{path}: {e}") from None
     except BrokenProcessPool:
@@ -220,31 +224,93 @@ def _start_method() -> Literal["fork", "spawn"]:
     return "fork" if can_fork() else "spawn"
 
 
+class _Blocks:
+    """Memory shared with the forked processes, a block (``BLOCK_BYTES``) for each batch in flight: this process
+    puts a batch's lines in its block, the process that takes the batch puts its records there in their place,
+    and this one copies them out and frees the block for the next batch. Through the pool's pipes, the records
+    of 100,000 results (1 GB) were 2.0-2.4 s of this process's CPU and 0.6 s of theirs, a 64 KB pipe's worth at a
+    time, each piece copied twice more; so, 0.3-0.4 s and 0.2 s. Mapped before the fork (anonymous, shared):
+    each process holds every block at the same index. A batch too big for a block goes through the pipes."""
+
+    def __init__(self, count: int) -> None:
+        self.blocks = [mmap.mmap(-1, BLOCK_BYTES) for _ in range(count)]
+        self.free = deque(range(count))
+
+    def take(self, lines: list[bytes]) -> tuple[int, int] | None:
+        """A free block and the length of ``lines`` put in it, a newline between two (a line holds none), or None
+        where none is free or they do not fit."""
+        size = sum(map(len, lines)) + len(lines) - 1
+        if not self.free or size > BLOCK_BYTES:
+            return None
+        index = self.free.popleft()
+        self.blocks[index][:size] = b"\n".join(lines)
+        return index, size
+
+    def close(self) -> None:
+        for block in self.blocks:
+            block.close()
+
+
+_BLOCKS: list[mmap.mmap] = []  # in a forked encoding process: this one's ``_Blocks``, as they were at the fork
+
+
+@dataclass
+class _Batch:
+    """A batch given out (``_Encoders.submit``): its future, which gives its records' bytes or, where they went
+    into the batch's block, their length."""
+
+    future: Future[bytes | int]
+    blocks: _Blocks | None = None
+    block: int = 0
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def result(self) -> bytes:
+        """The batch's records, copied out of its block where they are there; the block is then free."""
+        try:
+            made = self.future.result()
+            if isinstance(made, int):
+                assert self.blocks is not None
+                return self.blocks.blocks[self.block][:made]
+            return made
+        finally:
+            if self.blocks is not None:
+                self.blocks.free.append(self.block)
+
+
 class _Encoders:
     """Where a batch's records are made (``submit``): a pool of processes, or this process where there is none.
     This one never makes a batch beside a pool: a batch it made would hold the GIL from the pool's threads, which
-    carry the lines out and the records back a pipe's 64 KB at a time (on two cores, this one making a batch
-    itself whenever the other process had three queued left that process idle half the time: 15-17 s against
-    12-13 s)."""
+    carry the batches out and back (on two cores, this one making a batch itself whenever the other process had
+    three queued left that process idle half the time: 15-17 s against 12-13 s). ``blocks``: the forked pool's
+    shared blocks, if any."""
 
-    def __init__(self, pool: ProcessPoolExecutor | None = None, processes: int = 1) -> None:
+    def __init__(self, pool: ProcessPoolExecutor | None = None, processes: int = 1, blocks: _Blocks | None = None):
         self.pool = pool
         self.processes = processes
+        self.blocks = blocks
 
-    def submit(self, kept: Run, start: int, lines: list[bytes], replicates: list[int]) -> Future[bytes]:
-        """The future of a batch's records (``_encode``)."""
+    def submit(self, kept: Run, start: int, lines: list[bytes], replicates: list[int]) -> _Batch:
+        """A batch given out to be made (``_encode``)."""
         if self.pool is not None:
-            return self.pool.submit(_encode, kept, start, lines, replicates)
-        made: Future[bytes] = Future()
+            taken = self.blocks.take(lines) if self.blocks is not None else None
+            if taken is not None:
+                block, size = taken
+                return _Batch(self.pool.submit(_encode_block, kept, start, block, size, replicates), self.blocks, block)
+            return _Batch(self.pool.submit(_encode, kept, start, lines, replicates))
+        made: Future[bytes | int] = Future()
         try:
             made.set_result(_encode(kept, start, lines, replicates))
         except _Invalid as e:
             made.set_exception(e)
-        return made
+        return _Batch(made)
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.blocks is not None:
+            self.blocks.close()
 
     def __enter__(self) -> _Encoders:
         return self
@@ -255,27 +321,43 @@ class _Encoders:
 
 def _encoders(processes: int, method: Literal["fork", "spawn"]) -> _Encoders:
     """``processes`` processes started by ``method`` (a fork's at once: ``ProcessPoolExecutor`` forks every one
-    on its first task, before it starts its own threads), or none where ``processes`` is 1."""
+    on its first task, before it starts its own threads), with the blocks they share where forked (``_Blocks``:
+    one for each batch that may be in flight), or none where ``processes`` is 1."""
     if processes <= 1:
         return _Encoders()
     context = multiprocessing.get_context(method)
-    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin)
+    blocks = _Blocks(AHEAD * processes) if method == "fork" else None
+    pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin, initargs=(blocks,))
     if method == "fork":
         pool.submit(int)
-    return _Encoders(pool, processes)
+    return _Encoders(pool, processes, blocks)
 
 
 class _Invalid(ValueError):
     """A result's line that does not validate: ``results.I.field: problem``, as a whole read says it."""
 
 
-def _begin() -> None:
+def _begin(blocks: _Blocks | None = None) -> None:
     """An encoding process's start: the cycle collector off (a batch's objects are freed by their counts as it
     ends; the collector's scans of them would be spent for nothing), and glibc's heap kept rather than each
     batch's megabytes mapped and given back (``steady_allocator``): the two processes' system time for 100,000
-    results was 1.8-2.3 s that way, 0.5-0.6 s this one."""
+    results was 1.8-2.3 s that way, 0.5-0.6 s this one. ``blocks``: the shared blocks, where forked (given as
+    they are: a forked process's arguments are not pickled)."""
     gc.disable()
     steady_allocator()
+    if blocks is not None:
+        _BLOCKS[:] = blocks.blocks
+
+
+def _encode_block(kept: Run, start: int, block: int, size: int, replicates: list[int]) -> bytes | int:
+    """``_encode`` of the ``size`` bytes of lines in a shared block (``_Blocks.take``), its records put there in
+    their place: their length, or the records themselves where they do not fit."""
+    shared = _BLOCKS[block]
+    made = _encode(kept, start, shared[:size].split(b"\n"), replicates)
+    if len(made) > len(shared):
+        return made
+    shared[: len(made)] = made
+    return len(made)
 
 
 def _encode(kept: Run, start: int, lines: list[bytes], replicates: list[int]) -> bytes:

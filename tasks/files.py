@@ -64,21 +64,26 @@ def write_atomic(path: Path, data: bytes | Iterable[bytes], mode: int | None = N
 
 
 SYNC_EVERY: Final = 64 * 2**20  # bytes written between two flushes to the disk that a thread waits for
+WRITE_THROUGH_PAST: Final = 256 * 2**20  # a file bigger is not kept in the page cache once on the disk (``_Flusher``)
 
 
 class _Flusher:
     """A file's written bytes flushed to the disk by a thread of its own (``os.fdatasync``), each
     ``SYNC_EVERY`` bytes while the writer goes on, so that the final fsync finds little left to write: the
-    page cache starts writing a file back on its own only past a tenth of memory, or 30 s. The thread's error
-    (an I/O error, which the kernel reports once) is raised by ``check``."""
+    page cache starts writing a file back on its own only past a tenth of memory, or 30 s. Past
+    ``WRITE_THROUGH_PAST`` bytes, the pages on the disk are given back too (``POSIX_FADV_DONTNEED``), and the
+    next ones written reuse them: a gigabyte of export (``export -f pytorch-v3`` of 100,000 results) kept whole
+    in the page cache took 1.7-2.1 s of system time to write, each page new to the process's machine, and
+    0.8-1.0 s so. The thread's error (an I/O error, which the kernel reports once) is raised by ``check``."""
 
     def __init__(self, f: IO[bytes]) -> None:
-        self.f, self.unsynced = f, 0
+        self.f, self.unsynced, self.written = f, 0, 0
         self.thread: threading.Thread | None = None
         self.error: OSError | None = None
 
     def wrote(self, count: int) -> None:
         self.unsynced += count
+        self.written += count
         if self.unsynced < SYNC_EVERY or (self.thread is not None and self.thread.is_alive()):
             return
         self.f.flush()
@@ -90,6 +95,8 @@ class _Flusher:
         sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
         try:
             sync(self.f.fileno())
+            if self.written > WRITE_THROUGH_PAST and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # its clean pages: the synced ones
         except OSError as e:
             self.error = e
 

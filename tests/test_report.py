@@ -268,6 +268,27 @@ def test_a_big_atomic_write_is_flushed_to_the_disk_by_a_thread_as_it_goes_and_it
     assert path.read_bytes() == b"".join(pieces) and "fsync compilebench-fdatasync" in synced
 
 
+def test_past_a_size_a_written_files_pages_on_the_disk_are_given_back_and_it_is_whole(tmp_path, monkeypatch):
+    """A file past ``WRITE_THROUGH_PAST`` bytes is not kept in the page cache once its pages are on the disk (the
+    flushing thread advises them out after each sync), and reads back whole; a smaller file is left cached."""
+    import tasks.files as files
+
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise here (macOS)")
+    monkeypatch.setattr(files, "SYNC_EVERY", 1000)
+    monkeypatch.setattr(files, "WRITE_THROUGH_PAST", 5000)
+    advised: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, *a: advised.append(a) or real(fd, *a))
+    pieces = [bytes([65 + i % 26]) * 700 for i in range(40)]  # 28,000 bytes: syncs past 5,000 advise
+    files.write_atomic(tmp_path / "big.json", iter(pieces))
+    assert (tmp_path / "big.json").read_bytes() == b"".join(pieces)
+    assert advised and set(advised) == {(0, 0, os.POSIX_FADV_DONTNEED)}
+    advised.clear()
+    files.write_atomic(tmp_path / "small.json", iter(pieces[:6]))  # 4,200 bytes: synced, kept
+    assert (tmp_path / "small.json").read_bytes() == b"".join(pieces[:6]) and not advised
+
+
 def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
     """``data/seed-v1.json``: three results of a seed run written by schema version 1."""
     report = load_report(DATA / "seed-v1.json")

@@ -469,6 +469,21 @@ main()
 """
 
 
+def test_compare_names_the_first_report_it_cannot_read(kept, tmp_path):
+    """Where both reports are wrong, the first (``base``) is named, whether or not the decisions are read in a forked
+    copy: a base that must be read whole is read before the next report's head is."""
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"name": "cut')
+    missing = tmp_path / "missing.json.gz"
+    for base, new, named in ((broken, missing, broken), (missing, broken, missing), (kept["gz"], broken, broken)):
+        other = new if named == base else base
+        done = CliRunner().invoke(app, ["compare", str(base), str(new)])
+        assert done.exit_code == 2 and str(named) in done.output and str(other) not in done.output, done.output
+        command = [sys.executable, "-c", _GLANCES_BESIDE, str(base), str(new)]  # forked on Linux
+        alone = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert alone.returncode == 2 and str(named) in alone.stderr and str(other) not in alone.stderr, alone.stderr
+
+
 def test_a_compressed_report_whose_digests_do_not_validate_is_read_whole(kept, tmp_path):
     """Digests of the wrong type or length are not trusted: the report is read whole, as if it had none."""
     from orchestrator.report.skim import load_glance

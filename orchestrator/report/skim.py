@@ -251,14 +251,23 @@ def load_glances(*paths: str | Path) -> list[Glance]:
     if not can_fork():
         return [_glance_here(p) for p in paths]
     with Beside(partial(_decisions_of_each, paths)) as decisions:
-        heads = [_gate_head(p) for p in paths]
+        heads = [_head_or_whole(p) for p in paths]
         found = decisions.result()
     return [
-        Glance(head.name, head.complete, head.environment, decisions, head.digests.digests())
-        if head is not None and decisions is not None
-        else glance(read(path))  # read whole, which names what is wrong
+        head
+        if isinstance(head, Glance)
+        else Glance(head.name, head.complete, head.environment, decisions, head.digests.digests())
+        if decisions is not None
+        else glance(read(path))  # its summary has no decisions: read whole, and they are worked out
         for path, head, decisions in zip(paths, heads, found, strict=True)
     ]
+
+
+def _head_or_whole(path: str | Path) -> _GateHead | Glance:
+    """A compressed report's head (``_gate_head``), or any other report read whole (``read``, which names what is
+    wrong) and digested: the reports in turn, so that the first that cannot be read is the one named."""
+    head = _gate_head(path)
+    return head if head is not None else glance(read(path))
 
 
 def _glance_here(path: str | Path) -> Glance:

@@ -6,6 +6,7 @@ The lowest place the driver and the workers may both import (``tasks/`` imports 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -95,10 +96,12 @@ class _Flusher:
         sync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
         try:
             sync(self.f.fileno())
-            if self.written > WRITE_THROUGH_PAST and hasattr(os, "posix_fadvise"):
-                os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # its clean pages: the synced ones
         except OSError as e:
             self.error = e
+            return
+        if self.written > WRITE_THROUGH_PAST and hasattr(os, "posix_fadvise"):
+            with contextlib.suppress(OSError):  # advice: a filesystem that refuses it keeps the pages, nothing else
+                os.posix_fadvise(self.f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # its clean pages: the synced ones
 
     def join(self) -> None:
         if self.thread is not None:

@@ -288,6 +288,13 @@ def test_past_a_size_a_written_files_pages_on_the_disk_are_given_back_and_it_is_
     files.write_atomic(tmp_path / "small.json", iter(pieces[:6]))  # 4,200 bytes: synced, kept
     assert (tmp_path / "small.json").read_bytes() == b"".join(pieces[:6]) and not advised
 
+    def refused(fd: int, *args: int) -> None:
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(os, "posix_fadvise", refused)  # advice a filesystem refuses: the write is as good
+    files.write_atomic(tmp_path / "big.json", iter(reversed(pieces)))
+    assert (tmp_path / "big.json").read_bytes() == b"".join(reversed(pieces))
+
 
 def test_a_version_1_report_is_upgraded_with_its_summary_rebuilt():
     """``data/seed-v1.json``: three results of a seed run written by schema version 1."""

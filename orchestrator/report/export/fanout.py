@@ -240,7 +240,7 @@ class _Blocks:
         """A free block and the length of ``lines`` put in it, a newline between two (a line holds none), or None
         where none is free or they do not fit."""
         size = sum(map(len, lines)) + len(lines) - 1
-        if not self.free or size > BLOCK_BYTES:
+        if not lines or not self.free or size > BLOCK_BYTES:
             return None
         index = self.free.popleft()
         self.blocks[index][:size] = b"\n".join(lines)

@@ -659,7 +659,7 @@ def test_export_v3_of_a_big_report_shares_its_results_out_to_processes_and_write
 
 
 # Forked, each batch's lines and records go through a shared block; where a batch's records or its lines do not fit
-# in one, through the pool's pipes: the same text each way.
+# in one, or no block can be mapped, through the pool's pipes: the same text each way.
 _FORKED = """
 import json, sys
 from orchestrator.report.export import fanout
@@ -676,6 +676,12 @@ assert set(came) == {"int"}, came  # every batch's records left in its block
 fanout.BLOCK_BYTES = 400_000  # a batch's lines fit, its records (about 1 MB) do not, but the last one's
 assert made() == text and came == ["bytes"] * 6 + ["int"], came
 fanout.BLOCK_BYTES = 1000  # nor its lines
+assert made() == text and set(came) == {"bytes"}, came
+class Uncommitted:  # memory the system will not commit: no block at all
+    @staticmethod
+    def mmap(*args):
+        raise OSError(12, "Cannot allocate memory")
+fanout.BLOCK_BYTES, fanout.mmap = 32 * 2**20, Uncommitted
 assert made() == text and set(came) == {"bytes"}, came
 sys.stdout.buffer.write(text)
 """

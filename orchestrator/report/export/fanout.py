@@ -326,11 +326,20 @@ def _encoders(processes: int, method: Literal["fork", "spawn"]) -> _Encoders:
     if processes <= 1:
         return _Encoders()
     context = multiprocessing.get_context(method)
-    blocks = _Blocks(AHEAD * processes) if method == "fork" else None
+    blocks = _shared_blocks(AHEAD * processes) if method == "fork" else None
     pool = ProcessPoolExecutor(processes, mp_context=context, initializer=_begin, initargs=(blocks,))
     if method == "fork":
         pool.submit(int)
     return _Encoders(pool, processes, blocks)
+
+
+def _shared_blocks(count: int) -> _Blocks | None:
+    """``count`` shared blocks, or None where they cannot be mapped (memory the system will not commit): every
+    batch then goes through the pipes."""
+    try:
+        return _Blocks(count)
+    except OSError:
+        return None
 
 
 class _Invalid(ValueError):

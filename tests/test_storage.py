@@ -490,6 +490,39 @@ def test_a_renewal_the_store_made_but_whose_answer_was_lost_keeps_the_lease(s3):
 # ------------------------------------------------------------------ reading and bad input
 
 
+def test_pieces_are_streamed_to_s3_as_one_object_made_only_when_the_last_is_written(s3, monkeypatch):
+    """``write_pieces``: past s3fs's block size the pieces go up as the parts of a multipart upload, never all held,
+    and the object is made whole at the end; where the pieces stop after a part went up, the upload is aborted:
+    the object before is left as it was and no upload is left open. Another store takes them joined."""
+    import s3fs
+
+    from orchestrator.store.storage import read_bytes, write_pieces
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "default_block_size", 5 * 2**20)  # S3's smallest part
+    url = s3.prefix() + "/records.json"
+    pieces = [bytes([65 + i % 26]) * 2**20 for i in range(12)]  # 12 MB: three parts
+    parts: list[int] = []
+    upload = s3fs.core.S3File._upload_chunk
+    monkeypatch.setattr(
+        s3fs.core.S3File, "_upload_chunk", lambda f, final=False: parts.append(f.buffer.tell()) or upload(f, final)
+    )
+    write_pieces(url, iter(pieces))
+    assert read_bytes(url) == b"".join(pieces) and len(parts) >= 3  # streamed, a part at a time
+
+    def stopping():
+        yield from pieces[:8]  # a part has gone up
+        raise RuntimeError("the records stopped")
+
+    with pytest.raises(RuntimeError, match="the records stopped"):
+        write_pieces(url, stopping())
+    assert read_bytes(url) == b"".join(pieces)
+    bucket = url.removeprefix("s3://").partition("/")[0]
+    assert not s3.fs.call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads")
+
+    write_pieces("memory://compilebench-pieces/a.json", iter(pieces[:2]))
+    assert read_bytes("memory://compilebench-pieces/a.json") == b"".join(pieces[:2])
+
+
 def test_report_and_compare_read_urls(s3):
     prefix = s3.prefix()
     base, new = make_report([make_result("a", 2.0)]), make_report([make_result("a", 1.0)])

@@ -1,7 +1,7 @@
 """Writing reports atomically and reading them back: any schema version, or the journal of a run that died.
 
 Every function takes a local path or the URL of an object in a store (``orchestrator.store.storage``):
-``s3://bucket/nightly/r.json`` is written in one PUT and read as a file is.
+``s3://bucket/nightly/r.json`` is written whole or not at all (``storage.write_pieces``) and read as a file is.
 
 A report whose name ends ``.gz`` (``REPORT_SUFFIX``: ``r.json.gz``) is written as compact JSON compressed
 with gzip (ISA-L's, ``isal``), about a ninth of the indented text; any report is read compressed or not,
@@ -32,7 +32,16 @@ from orchestrator.report.models import SCHEMA_VERSION, Environment, Report
 from orchestrator.report.points import history_name, report_points
 from orchestrator.report.summary import summarize
 from orchestrator.store.journal import JOURNAL_SUFFIX, OBJECT_JOURNAL_SUFFIX, read_journal
-from orchestrator.store.storage import Location, StorageError, join, location, name_of, parent, read_bytes, write_bytes
+from orchestrator.store.storage import (
+    Location,
+    StorageError,
+    join,
+    location,
+    name_of,
+    parent,
+    read_bytes,
+    write_pieces,
+)
 from tasks.files import write_atomic as write_file_atomic
 from tasks.heap import collector_paused
 from tasks.result import Result
@@ -65,18 +74,19 @@ class ReportError(ValueError):
 
 def write_atomic(path: str | Path, text: str) -> None:
     """Write ``text`` (UTF-8) whole or not at all: locally to a temporary file beside ``path``, synced, then
-    renamed over ``path``, with an ordinary file's permissions (``tasks.files.write_atomic``); to a store in
-    one PUT (an object is replaced whole). Raises ``TypeError`` for what is not a ``str``, ``OSError``
+    renamed over ``path``, with an ordinary file's permissions (``tasks.files.write_atomic``); to a store as
+    one object, replaced whole (``storage.write_pieces``). Raises ``TypeError`` for what is not a ``str``, ``OSError``
     (``StorageError`` for a store)."""
     write_atomic_bytes(path, bytes(text, "utf-8"))
 
 
 def write_atomic_bytes(path: str | Path, data: bytes | Iterable[bytes]) -> None:
     """``write_atomic`` of bytes as they are, or of pieces of bytes in turn (a local file is written piece by
-    piece; an object in a store, in one PUT, takes them joined)."""
+    piece; an object in a store, streamed where the store makes it whole at once, else in one PUT:
+    ``storage.write_pieces``)."""
     where = location(path)
     if isinstance(where, str):
-        write_bytes(where, data if isinstance(data, bytes) else b"".join(data))
+        write_pieces(where, [data] if isinstance(data, bytes) else data)
     else:
         write_file_atomic(where, data)
 

@@ -605,3 +605,7 @@ def test_history_reads_url_globs_and_folders_but_no_journal(s3):
     assert shown.exit_code == 0, shown.output
     with pytest.raises(ReportError, match="no report matches"):
         load_reports([f"{prefix}/none/*.json"])
+    for missing in ("s3://no-such-bucket/nightly", "s3://no-such-bucket/nightly/*.json"):  # not listed as empty
+        shown = runner.invoke(app, ["history", missing])
+        assert shown.exit_code == 2, shown.output
+        assert shown.output.strip() == f"error: {missing}: bucket 'no-such-bucket' does not exist"

@@ -41,7 +41,16 @@ from orchestrator.report.points import (
     metric_value,
     report_points,
 )
-from orchestrator.store.storage import Location, StorageError, join, location, open_location, parent, read_bytes
+from orchestrator.store.storage import (
+    Location,
+    StorageError,
+    join,
+    location,
+    missing_bucket,
+    open_location,
+    parent,
+    read_bytes,
+)
 from orchestrator.store.storage import glob as glob_objects
 from tasks.heap import collector_paused
 from tasks.models import Phase, Precision
@@ -163,7 +172,7 @@ def _objects(pattern: str) -> list[str]:
     found = sorted(m for m in matches if _is_report(m) and not parent(m).endswith(".journal"))
     if not found:
         what = "no report matches" if glob.has_magic(pattern) else "no *.json report in"
-        raise ReportError(f"{what} {pattern}")
+        raise ReportError(missing_bucket(pattern) or f"{what} {pattern}")
     return found
 
 

@@ -128,6 +128,21 @@ def bucket_of(url: str) -> str:
     return urlsplit(url).netloc
 
 
+def missing_bucket(url: str) -> str | None:
+    """One line saying that the bucket of ``url`` does not exist, where it does not; None where it does, or the
+    store has no buckets or cannot tell. A store lists a missing bucket as empty: this tells the two apart
+    where a listing found nothing."""
+    fs, _ = open_location(url)
+    if type(fs).__module__.split(".")[0] not in ("s3fs", "gcsfs", "adlfs"):
+        return None
+    bucket = bucket_of(url)
+    try:
+        there = fs.exists(bucket)
+    except Exception:
+        return None
+    return None if there else f"{url}: bucket '{bucket}' does not exist"
+
+
 def problem(e: BaseException, url: str) -> str:
     """One line saying why ``url`` failed with ``e``, in the store's terms.
 

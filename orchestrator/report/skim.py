@@ -253,14 +253,16 @@ def load_glances(*paths: str | Path) -> list[Glance]:
     with Beside(partial(_decisions_of_each, paths)) as decisions:
         heads = [_head_or_whole(p) for p in paths]
         found = decisions.result()
-    return [
-        head
-        if isinstance(head, Glance)
-        else Glance(head.name, head.complete, head.environment, decisions, head.digests.digests())
-        if decisions is not None
-        else glance(read(path))  # its summary has no decisions: read whole, and they are worked out
-        for path, head, decisions in zip(paths, heads, found, strict=True)
-    ]
+    return [_glance_of(path, head, decisions) for path, head, decisions in zip(paths, heads, found, strict=True)]
+
+
+def _glance_of(path: str | Path, head: _GateHead | Glance, decisions: Decided | None) -> Glance:
+    """A report's ``Glance`` from its head and its decisions as the copy read them."""
+    if isinstance(head, Glance):  # read whole already
+        return head
+    if decisions is None:  # its summary has no decisions: read whole, and they are worked out
+        return glance(read(path))
+    return Glance(head.name, head.complete, head.environment, decisions, head.digests.digests())
 
 
 def _head_or_whole(path: str | Path) -> _GateHead | Glance:

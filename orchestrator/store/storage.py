@@ -216,9 +216,8 @@ def write_pieces(url: str, pieces: Iterable[bytes]) -> None:
         f = fs.open(path, "wb")
     except Exception as e:
         raise StorageError(problem(e, url)) from None
-    made = iter(pieces)
     try:
-        for piece in made:
+        for piece in pieces:
             try:
                 f.write(piece)
             except Exception as e:

@@ -42,7 +42,7 @@ os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
 # Ray's bookkeeping for the shared instance: 3 CPUs and 2 logical GPUs, so that GPU-pinning is exercised on a
 # machine without GPUs. Two GPU workers run side by side, each with a core of its own (3 // 2, as the policy
 # shares a node's cores out), as on the 2-core machine; a third CPU holds the contamination benchmark's third
-# one-core worker. Every worker process a sweep starts imports torch (about 2.7 s of CPU): two GPUs, not four,
+# one-core worker. Every worker process a sweep starts imports torch (about 2.4 s of CPU): two GPUs, not four,
 # halve what the suite's sweeps pay for it.
 RAY_CPUS = 3
 RAY_GPUS = 2

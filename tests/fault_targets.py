@@ -114,6 +114,14 @@ def make_report_state(device):
     raise RuntimeError(repr(state))
 
 
+def make_report_collector(device):
+    """Raises an error whose message is the state of Python's cycle collector as the experiment starts: on, and
+    what the process imported before it frozen out of its collections (``tasks.worker.import_for_experiments``)."""
+    import gc
+
+    raise RuntimeError(repr({"enabled": gc.isenabled(), "frozen": gc.get_freeze_count() > 100_000}))
+
+
 def make_poison_reset(device):
     """Runs fine, but leaves the process so that the worker's reset after it raises (as a sticky
     CUDA error makes ``torch.cuda.synchronize`` raise there)."""

@@ -277,7 +277,8 @@ def test_a_thread_that_leaves_the_claim_is_caught_and_pinned_back(state_dir):
 def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_dir):
     """The worker claims before importing torch; its cold experiment's own process reports the
     worker's core, exclusive, without claiming one of its own (one that did would find the
-    worker's core locked and take another); the worker still holds its core afterwards."""
+    worker's core locked and take another); the worker still holds its core afterwards. An experiment
+    starts in either process with the collector on and the imports frozen out of its collections."""
     allowed = needs_two_cores()
     out = in_a_worker_process(
         """
@@ -303,6 +304,8 @@ def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_
         cold = worker.run(experiment)
         experiment["compile"]["cache"] = "warm"
         warm = worker.run(experiment)
+        collector = {**experiment, "target": "tests.fault_targets:make_report_collector", "params": {}}
+        collectors = [worker.run({**collector, "compile": {"backend": "eager", "cache": c}}) for c in ("cold", "warm")]
         everywhere = sorted(os.sched_getaffinity(os.getppid()))  # the test's cores; this process has one
         others, _ = isolation.claim_cores(len(everywhere), everywhere, isolation.state_root())
         print(json.dumps({
@@ -311,6 +314,7 @@ def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_
                 [r["status"], r["worker"]["pid"], r["measurement"]["cores"], r["measurement"]["exclusive_cores"]]
                 for r in (cold, warm)
             ],
+            "collectors": [[r["status"], r["error"]["message"]] for r in collectors],
         }))
         """,
         state_dir,
@@ -322,6 +326,8 @@ def test_the_fresh_process_of_a_cold_experiment_runs_on_the_workers_claim(state_
     assert (cold_cores, cold_exclusive) == (claim, True)
     assert warm == ["ok", pid, claim, True]
     assert out["others"] == [core for core in allowed if core not in claim]  # the worker's core is still its own
+    state = repr({"enabled": True, "frozen": True})
+    assert out["collectors"] == [["runtime_error", state]] * 2, out["collectors"]
 
 
 def test_allocator_switch_steady_by_default_system_on_request(monkeypatch):

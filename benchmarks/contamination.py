@@ -8,7 +8,7 @@ beside a control that differs from the twin in nothing.
     python benchmarks/contamination.py --out run.json   # keep every result; --from run.json prints its tables again
     python benchmarks/contamination.py --from a.json b.json   # the rounds of several runs, pooled
 
-Each round starts three long-lived workers of one CPU (``orchestrator.execution.pool.WorkerActor`` over
+Each round starts three long-lived workers of one CPU (``orchestrator.execution.actors.WorkerActor`` over
 ``tasks.worker.Worker``: the procedure, the reset and the core claim every run uses) and sends
 them experiments one at a time:
 
@@ -224,13 +224,13 @@ def payloads(probes: list[dict[str, Any]], others: list[dict[str, Any]], tmp: Pa
 
 
 def start_worker(state: Path) -> Any:
-    """A long-lived worker of one core: ``orchestrator.execution.pool.WorkerActor`` over ``tasks.worker.Worker``,
+    """A long-lived worker of one core: ``orchestrator.execution.actors.WorkerActor`` over ``tasks.worker.Worker``,
     the procedure and reset every run uses. Its core locks and compile caches are its own
     (``COMPILEBENCH_STATE_DIR``), so that all workers of a round claim the same core, the lowest,
     and take turns on it: the pairs compare histories, not cores. Each result says
     ``exclusive_cores: true``, each lock being held in its own directory; they never run at once,
     since the benchmark sends one experiment at a time and waits for it."""
-    from orchestrator.execution.pool import WorkerActor
+    from orchestrator.execution.actors import WorkerActor
 
     env = {"COMPILEBENCH_STATE_DIR": str(state), "PYTHONPATH": str(ROOT)}
     return WorkerActor.options(num_cpus=1, runtime_env={"env_vars": env}).remote(1, None, None)  # type: ignore[attr-defined]

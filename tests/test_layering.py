@@ -103,6 +103,22 @@ def test_the_scheduling_policy_and_its_nodes_need_no_ray():
     assert proc.returncode == 0, proc.stderr
 
 
+def test_a_worker_process_imports_its_actor_and_nothing_of_the_scheduler():
+    """Ray imports, in each worker process, the module its actor's class is defined in: ``actors`` reaches,
+    of the driver side, only what an actor finds where Ray put it (``events``), not the policy, the pool, the
+    cluster's description or the runner."""
+    graph = project_graph()
+    reached: set[str] = set()
+    todo = ["orchestrator.execution.actors"]
+    while todo:
+        name = todo.pop()
+        if name not in reached:
+            reached.add(name)
+            todo += graph[name]
+    driver = {name for name in reached if name.startswith("orchestrator.")}
+    assert driver == {"orchestrator.execution.actors", "orchestrator.execution.events"}, sorted(driver)
+
+
 # ------------------------------------------------------------------ the worker side's import graph
 
 

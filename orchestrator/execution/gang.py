@@ -28,16 +28,15 @@ deadline is killed whole by the pool; ``silent`` says which ranks had not answer
 
 from __future__ import annotations
 
-import os
-import socket
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import ray
 from ray.util.placement_group import NODE_ID_LABEL_KEY, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from orchestrator.execution.events import Finished, Ready, actor_placement
+from orchestrator.execution.actors import RankActor, RankExecutor
+from orchestrator.execution.events import Finished, Ready
 from orchestrator.execution.policy import Start, failed_result
 from tasks.models import ErrorInfo, Experiment, Result
 from tasks.text import error_line
@@ -48,30 +47,10 @@ NO_ANSWER = "NoAnswer"  # the error type of the outcome made for a rank that did
 DEFAULT_COLLECTIVE_TIMEOUT_S = 1800.0  # torch.distributed's default for gloo and NCCL (30 min)
 
 
-class RankRuns(Protocol):
-    """One rank of a gang (``tasks.distributed.RankWorker``)."""
-
-    def address(self) -> tuple[str, int]: ...
-    def join(self, master_addr: str, master_port: int, timeout_s: float) -> dict[str, Any]: ...
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]: ...
-    def leave(self) -> None: ...
-
-
-# What a rank runs experiments with: built once per rank actor from its placement (as ``Executor``), its
-# rank and the world size. The default is ``tasks.distributed.RankWorker``; tests of the scheduler inject
-# a stub that needs no torch.
-RankExecutor = Callable[[dict[str, Any], int, int], RankRuns]
-
 # How the ranks' outcomes become the experiment's one result: ``tasks.distributed.combine`` by default.
 Combine = Callable[[Experiment, list[dict[str, Any]], float, float], Result]
 
 Call = tuple[ray.ObjectRef, str, int]  # a pending call: its reference, the method, the rank
-
-
-def _default_rank_executor(placement: dict[str, Any], rank: int, world_size: int) -> RankRuns:
-    from tasks.distributed import RankWorker
-
-    return RankWorker(placement, rank, world_size)  # type: ignore[no-any-return]
 
 
 def default_combine(exp: Experiment, outcomes: list[dict[str, Any]], started_at: float, finished_at: float) -> Result:
@@ -79,40 +58,6 @@ def default_combine(exp: Experiment, outcomes: list[dict[str, Any]], started_at:
     from tasks.distributed import combine
 
     return combine(exp, outcomes, started_at, finished_at)  # type: ignore[no-any-return]
-
-
-@ray.remote(max_restarts=0, max_task_retries=0)
-class RankActor:
-    """One rank of a gang: joins the gang's process group, then runs the experiments it is sent."""
-
-    def __init__(
-        self,
-        rank: int,
-        world_size: int,
-        cores: int,
-        gpu_model: str | None,
-        executor: RankExecutor | None,
-        limits: dict[str, Any] | None = None,
-        compile_cache: str | None = None,
-    ) -> None:
-        self.placement = actor_placement(cores, gpu_model, limits, compile_cache=compile_cache)
-        self.rank = rank
-        self.worker = (executor or _default_rank_executor)(self.placement, rank, world_size)
-
-    def ready(self) -> dict[str, Any]:
-        return {"hostname": socket.gethostname(), "pid": os.getpid(), "gpu_ids": self.placement["gpu_ids"]}
-
-    def address(self) -> tuple[str, int]:
-        return self.worker.address()
-
-    def join(self, master_addr: str, master_port: int, timeout_s: float) -> dict[str, Any]:
-        return self.worker.join(master_addr, master_port, timeout_s)
-
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.worker.run(payload)
-
-    def leave(self) -> None:
-        self.worker.leave()
 
 
 class Gang:

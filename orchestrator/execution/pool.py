@@ -1,7 +1,7 @@
 """The pool of long-lived workers: Ray actors, each holding one GPU (or a set of cores) for life.
 
-The only module of the scheduler that calls Ray. It starts an actor where the policy says
-(``NodeAffinitySchedulingStrategy(soft=False)``: that node or nowhere), with ``num_gpus`` and
+The only module of the scheduler that calls Ray. It starts an actor (``orchestrator.execution.actors``)
+where the policy says (``NodeAffinitySchedulingStrategy(soft=False)``: that node or nowhere), with ``num_gpus`` and
 ``num_cpus`` held for the actor's life, so Ray sets ``CUDA_VISIBLE_DEVICES`` once, before
 anything in the process touches CUDA. It sends experiments to actors, waits for what comes
 back (``ray.wait`` with a timeout, so that deadlines can be enforced), kills actors, lists the
@@ -27,65 +27,20 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from orchestrator.execution.actors import Executor, WorkerActor
 from orchestrator.execution.cluster import describe
-from orchestrator.execution.events import Died, Event, Finished, Ready, actor_placement, death
+from orchestrator.execution.events import Died, Event, Finished, Ready, death
 from orchestrator.execution.gang import Call, Combine, Gang, RankExecutor
 from orchestrator.execution.policy import Start
 from orchestrator.machines.nodes import Node
 from tasks.models import Calibration, ErrorInfo, WorkerLimits
 from tasks.worker import DIED, RETIRE  # keys in what a worker returns: its experiment's process died; replace it
-
-
-class Runs(Protocol):
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]: ...
-
-
-# What a worker runs experiments with: built once per actor from its placement (``node_id``,
-# ``gpu_ids``, ``cpus``, ``gpu_model``, ``limits``, ``calibrate``, ``compile_cache``: the run's shared
-# compile cache, for ``compile.cache: shared``). The default is ``tasks.worker.Worker`` (the benchmark
-# procedure, reset between experiments); tests of the scheduler itself inject a stub that needs
-# no torch.
-Executor = Callable[[dict[str, Any]], Runs]
-
-
-def _default_executor(placement: dict[str, Any]) -> Runs:
-    from tasks.worker import Worker
-
-    return Worker(placement)
-
-
-@ray.remote(max_restarts=0, max_task_retries=0)
-class WorkerActor:
-    """One long-lived worker: runs the experiments it is sent, one at a time."""
-
-    def __init__(
-        self,
-        cores: int,
-        gpu_model: str | None,
-        executor: Executor | None,
-        limits: dict[str, Any] | None = None,
-        calibrate: bool = False,
-        compile_cache: str | None = None,
-    ) -> None:
-        self.placement = actor_placement(cores, gpu_model, limits, calibrate, compile_cache)
-        self.worker = (executor or _default_executor)(self.placement)
-
-    def ready(self) -> dict[str, Any]:
-        return {
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "gpu_ids": self.placement["gpu_ids"],
-            "calibration": getattr(self.worker, "calibration", None),  # its device's probe, with calibrate
-        }
-
-    def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        return self.worker.run(payload)
 
 
 class WorkerPool(Protocol):

@@ -87,6 +87,12 @@ def location(where: str | Path) -> Location:
     return path if path is not None else where
 
 
+def _package_of(fs: AbstractFileSystem) -> str:
+    """The package whose file system ``fs`` is (``s3fs``, ``gcsfs``, ``adlfs``, ``fsspec`` for its own): what a
+    store can do, conditional or streamed writes, buckets, depends on it."""
+    return type(fs).__module__.split(".")[0]
+
+
 def open_location(url: str) -> tuple[AbstractFileSystem, str]:
     """The file system of ``url`` and the path within it, as fsspec resolves them.
 
@@ -133,7 +139,7 @@ def missing_bucket(url: str) -> str | None:
     store has no buckets or cannot tell. A store lists a missing bucket as empty: this tells the two apart
     where a listing found nothing."""
     fs, _ = open_location(url)
-    if type(fs).__module__.split(".")[0] not in ("s3fs", "gcsfs", "adlfs"):
+    if _package_of(fs) not in ("s3fs", "gcsfs", "adlfs"):
         return None
     bucket = bucket_of(url)
     try:
@@ -209,7 +215,7 @@ def write_pieces(url: str, pieces: Iterable[bytes]) -> None:
     not every store's streamed file is made whole at once. An error of the pieces themselves is raised as it is;
     the store's, as ``StorageError``."""
     fs, path = open_location(url)
-    if type(fs).__module__.split(".")[0] != "s3fs":
+    if _package_of(fs) != "s3fs":
         write_bytes(url, b"".join(pieces))
         return
     try:
@@ -251,14 +257,14 @@ def glob(pattern: str) -> list[str]:
 def conditional(fs: AbstractFileSystem) -> bool:
     """Whether writes to ``fs`` can be made conditional by the store itself: S3 through s3fs, with a
     botocore that sends ``IfNoneMatch`` and ``IfMatch`` (s3fs drops parameters botocore does not know)."""
-    return type(fs).__module__.split(".")[0] == "s3fs" and _botocore_sends_conditions()
+    return _package_of(fs) == "s3fs" and _botocore_sends_conditions()
 
 
 def without_conditions(fs: AbstractFileSystem, url: str) -> str | None:
     """Why writes to ``fs`` (that of ``url``) cannot be conditional, as a clause for people; None when they can."""
     if conditional(fs):
         return None
-    if type(fs).__module__.split(".")[0] == "s3fs":
+    if _package_of(fs) == "s3fs":
         import botocore
 
         return f"botocore {botocore.__version__} cannot send S3's conditional writes (a newer one can)"

@@ -271,7 +271,7 @@ def make_exit_on_rank(device, rank: int = 1, code: int = 3, batch: int = 4):
 
 
 class StubRank:
-    """A gang's rank for the scheduler's own tests (``orchestrator.execution.gang.RankExecutor``), without
+    """A gang's rank for the scheduler's own tests (``orchestrator.execution.actors.RankExecutor``), without
     torch: rank 0's address is a listening socket, and ``join`` is a rendezvous on it (rank 0 accepts
     every other rank's connection), so that a gang forms only when all its ranks join at once. ``run``
     sleeps ``params['ms']`` and misbehaves as ``params`` say: ``fail_rank`` returns an error outcome

@@ -88,7 +88,7 @@ def run_experiments(
     URL, ``orchestrator.plan.compile_cache``), given to every worker for ``compile.cache: shared``
     experiments. ``executor`` replaces what the workers run, ``rank_executor`` what a gang's ranks run and
     ``combine`` how their outcomes become one result (tests of the scheduler; see
-    ``orchestrator.execution.pool.Executor`` and ``orchestrator.execution.gang``); ``pool`` replaces the pool
+    ``orchestrator.execution.actors``: ``Executor``, ``RankExecutor``); ``pool`` replaces the pool
     itself (default: Ray's ``Pool``), and ``clock`` the time (default ``time.time``): a simulated pool keeps
     its own clock. ``keep_results=False``: results are journaled and passed to ``on_result``, not held in
     memory until the end (a caller that reads the journal: 100,000 results are a gigabyte or more), and the

@@ -273,16 +273,19 @@ def settled_run(
     (``settled_journal``), each refusing before Ray starts and in that order: a bad spec is said first (then what
     ``checks`` raises of it), then a bad ``out``, then a journal the run may not take.
 
-    Resuming from a spec file into a local journal, the spec is loaded in a forked copy of this process
+    Resuming from a spec file into a local journal that is there, the spec is loaded in a forked copy of this process
     (``tasks.forked.Beside``: Linux, no other thread running) while this one reads the journal: 100,000 experiments
     and a journal of 50,000 results take 4-6 s and 3-4 s, side by side instead of one after the other; the copy
     sends the spec back pickled (0.4 s to read back), before the process's objects are frozen out of the
-    collector's scans. ``out``'s folder is then checked and the journal opened (locked, and a last line cut short
-    by a killed driver given its newline, as any resume does) before a bad spec is reported; what the journal holds
-    is not changed. A journal in an object store (whose lease would be taken and given back), or anywhere a fork is
-    not safe: the spec is loaded first, as it always was."""
-    local = isinstance(location(out), Path)
-    if isinstance(spec, Spec) or not resume or not local or not can_fork():
+    collector's scans, or the error that refused it (the spec is loaded once: a user's target module it imports
+    runs once). ``out``'s folder is then checked and the journal opened and read (locked meanwhile) before a bad
+    spec is reported; both are left as they were (a journal's last line cut short by a killed driver gets its
+    newline only when the run writes). With no journal there yet (nothing to read beside the spec), a journal in
+    an object store (whose lease would be taken and given back), or anywhere a fork is not safe: the spec is
+    loaded first, as it always was."""
+    at = location(out)
+    kept = isinstance(at, Path) and journal_path(at).is_file()
+    if isinstance(spec, Spec) or not resume or not kept or not can_fork():
         loaded = spec if isinstance(spec, Spec) else load_spec(spec)
         if checks is not None:
             checks(loaded)

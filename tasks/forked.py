@@ -5,15 +5,18 @@ journal. Driver-side only, with the other helpers both sides may import (``heap`
 
 The copy is forked only where that is safe (``can_fork``): on Linux, from a process running no other thread, since
 a lock another thread held would be copied held. It shares this process's memory until either writes to it, so
-nothing is sent to it; what it makes comes back pickled through a temporary file, read once it has exited. Anywhere
-else, or where the copy fails, the work is done in this process when its result is asked for: the same result
-either way, and the same error where the work raises one.
+nothing is sent to it; what it makes, or the error it raises, comes back pickled through a temporary file, read once
+it has exited: the work is done once, its side effects (a user's target module imported by a spec's loading) happen
+once. Anywhere else, or where the copy cannot say how the work ended (it was killed; what it made or raised does
+not pickle, or its error's class is of a module this process has not imported, which reading it here would import),
+the work is done in this process when its result is asked for: the same result either way, and the same error.
 
 Imports nothing of the project but ``tasks.heap``.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 import signal
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import IO, Generic, NoReturn, TypeVar
+from typing import IO, Generic, NoReturn, TypeVar, cast
 
 from tasks.heap import collector_paused
 
@@ -32,6 +35,22 @@ def can_fork() -> bool:
     """Whether this process may fork a copy to work in: Linux, and no other thread running (macOS may not let a
     forked process use every system library; Windows has no fork)."""
     return sys.platform == "linux" and threading.active_count() == 1
+
+
+def _rebuilt_from(data: bytes, modules: set[str]) -> bool:
+    """Whether ``data`` unpickles (an error whose arguments rebuild it) from classes of ``modules`` alone."""
+    needed: set[str] = set()
+
+    class Noting(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            needed.add(module)
+            return super().find_class(module, name)
+
+    try:
+        Noting(io.BytesIO(data)).load()
+    except Exception:
+        return False
+    return needed <= modules
 
 
 class Beside(Generic[T]):
@@ -66,19 +85,29 @@ class Beside(Generic[T]):
         return self._pid is not None
 
     def _child(self, file: IO[bytes]) -> NoReturn:
-        """In the copy: make it, pickle it to the file, and leave without running this process's exit handlers
-        or flushing its buffers (the parent's, copied). Any failure is exit 1: the parent then makes it itself."""
+        """In the copy: make it, pickle what it made or the error it raised to the file, and leave without running
+        this process's exit handlers or flushing its buffers (the parent's, copied). Exit 0: the file holds
+        ``(True, made)`` or ``(False, error)``. Anything else (nothing pickles, an error whose class the parent would
+        have to import to read it, an interruption) is exit 1: the parent then makes it itself."""
         code = 1
         try:
+            had = set(sys.modules)  # the parent's modules, as forked
             with collector_paused():  # a collection would touch, so copy, every object of the parent's
-                pickle.dump(self._make(), file, protocol=pickle.HIGHEST_PROTOCOL)
+                try:
+                    outcome: tuple[bool, object] = (True, self._make())
+                except Exception as e:  # said by the parent, as raised here: the work is not done again there
+                    if not _rebuilt_from(pickle.dumps(e), had):
+                        raise
+                    outcome = (False, e)
+                pickle.dump(outcome, file, protocol=pickle.HIGHEST_PROTOCOL)
                 file.flush()
             code = 0
         finally:
             os._exit(code)
 
     def result(self) -> T:
-        """What ``make()`` returned: the copy's, once it exited; made here where there was no copy or it failed."""
+        """What ``make()`` returned, or the error it raised, raised here: the copy's, once it exited; made here where
+        there was no copy or the copy could not say (``_child``)."""
         pid, file = self._pid, self._file
         if pid is None or file is None:
             return self._make()
@@ -87,7 +116,10 @@ class Beside(Generic[T]):
         with file:
             if os.waitstatus_to_exitcode(status) == 0:
                 file.seek(0)
-                return pickle.load(file)  # written by this process's own copy, in a file only the two hold
+                made, value = pickle.load(file)  # written by this process's own copy, in a file only the two hold
+                if not made:
+                    raise cast(Exception, value)
+                return cast(T, value)
         return self._make()
 
     def close(self) -> None:

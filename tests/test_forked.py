@@ -37,31 +37,75 @@ def test_the_work_is_made_in_a_copy_and_comes_back_whole():
     assert out == "ok"
 
 
-def test_a_copy_that_fails_is_made_here_and_an_error_is_raised_here():
+def test_an_error_raised_in_the_copy_is_raised_here_and_the_work_is_done_once(tmp_path):
+    """A spec's loading imports a user's target module; were a bad spec loaded again here, that module's import
+    would run twice. The copy's error comes back: the work ran once, in the copy."""
+    done = tmp_path / "done.txt"
     out = run_fresh(
-        """
+        f"""
         import os
         from tasks.forked import Beside
         parent = os.getpid()
 
-        def only_here():
-            if os.getpid() != parent:
-                raise RuntimeError("the copy fails")
-            return "made here"
+        def bad_spec():
+            with open({str(done)!r}, "a") as f:
+                f.write(f"{{os.getpid() != parent}}\\n")
+            raise ValueError("bad spec")
 
-        beside = Beside(only_here)
-        assert beside.forked and beside.result() == "made here"
-
-        def never():
-            raise ValueError("bad report")
-
-        try:
-            Beside(never).result()
-        except ValueError as e:
-            print("raised:", e)
+        with Beside(bad_spec) as beside:
+            assert beside.forked
+            try:
+                beside.result()
+            except ValueError as e:
+                print("raised:", e)
         """
     )
-    assert out == "raised: bad report"
+    assert out == "raised: bad spec"
+    assert done.read_text().splitlines() == ["True"]  # once, in the copy
+
+
+def test_a_copy_that_cannot_say_how_the_work_ended_leaves_it_to_be_made_here(tmp_path):
+    """Killed, a result that does not pickle, an error whose arguments do not rebuild it, an error of a module
+    this process has not imported (reading it would import the module here): made here, the same result or
+    error as the copy's would have been."""
+    (tmp_path / "elsewhere.py").write_text("class Refused(Exception):\n    pass\n")
+    out = run_fresh(
+        f"""
+        import os, sys
+        sys.path.insert(0, {str(tmp_path)!r})
+        from tasks.forked import Beside
+        parent = os.getpid()
+        here = lambda: os.getpid() == parent
+
+        def killed():
+            if not here():
+                os._exit(3)
+            return "made here"
+
+        class TwoArgs(Exception):
+            def __init__(self, field, problem):
+                super().__init__(f"{{field}}: {{problem}}")
+
+        def unrebuilt():
+            raise TwoArgs("seed", "not an integer")
+
+        def of_a_new_module():
+            from elsewhere import Refused
+            raise Refused(f"here: {{here()}}")
+
+        print(Beside(killed).result(), Beside(lambda: (here(), lambda: None)).result()[0])
+        for make in (unrebuilt, of_a_new_module):
+            try:
+                Beside(make).result()
+            except Exception as e:
+                print(type(e).__name__, e, here())
+        """
+    )
+    assert out.splitlines() == [
+        "made here True",
+        "TwoArgs seed: not an integer True",
+        "Refused here: True True",
+    ]
 
 
 def test_closing_stops_a_copy_still_working_and_reaps_it():

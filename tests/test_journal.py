@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import uuid
@@ -313,6 +314,7 @@ def test_a_resume_loads_its_spec_in_a_copy_beside_the_journal_and_says_a_bad_spe
             journal.append(result(experiment_id))
     bad_spec = write_spec("name: x\nexperiments:\n  - target: seed.foo\n    seed: many\n", name="bad.yaml")
     bad_out = tmp_path  # a directory: no report goes there
+    journal_path(bad_out).touch()  # a journal there to read beside the spec (an empty one, not this run's to remove)
     command = [sys.executable, "-c", _SETTLED_BESIDE, str(spec), str(out), str(bad_spec), str(bad_out)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -321,6 +323,7 @@ def test_a_resume_loads_its_spec_in_a_copy_beside_the_journal_and_says_a_bad_spe
         assert found["forks"] == [True] * 4
     assert found["ids"] == ids and found["kept"] == 2
     assert found["errors"] == ["SpecError", "SpecError", "OutPathError"]
+    assert journal_path(bad_out).read_bytes() == b""
 
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(forked, "can_fork", lambda: False)
@@ -333,3 +336,56 @@ def test_a_resume_loads_its_spec_in_a_copy_beside_the_journal_and_says_a_bad_spe
                 pass
     finally:
         monkeypatch.undo()
+
+
+_REFUSED_RESUME = """
+import sys
+from orchestrator import api
+from orchestrator.plan.spec import SpecError
+
+spec, out = sys.argv[1:]
+try:
+    with api.settled_run(spec, out, resume=True):
+        print("ran")
+except SpecError as e:
+    print("refused:", str(e).split(":")[0])
+"""
+
+
+def test_a_resume_refused_for_its_spec_leaves_the_journal_and_the_folders_as_they_were(write_spec, tmp_path):
+    """A bad spec on a resume: the journal (its last line cut short by a killed driver) is read beside the spec
+    and left byte for byte as it was, its newline added only when a run writes; a resume into a folder with no
+    journal yet creates neither the folder nor a journal. The user's target module the spec names is imported
+    once. A good spec then resumes it: the first new line starts on a line of its own."""
+    (tmp_path / "user_targets_once.py").write_text(
+        "import os\nwith open(os.environ['IMPORTED'], 'a') as f:\n    f.write('imported\\n')\n"
+        "def make(device):\n    return (lambda x: x), ()\n"
+    )
+    bad = write_spec(
+        "name: x\nexperiments:\n  - target: user_targets_once:make\n  - target: seed.foo\n    seed: many\n",
+        name="bad.yaml",
+    )
+    out = tmp_path / "kept" / "r.json"
+    out.parent.mkdir()
+    with Journal(journal_path(out)) as journal:
+        journal.append(result("a"))
+    with journal_path(out).open("ab") as f:
+        f.write(b'{"experiment_id": "b", "tar')  # a driver killed mid-line
+    before = journal_path(out).read_bytes()
+    new = tmp_path / "new" / "r.json"
+    imported = tmp_path / "imported.txt"
+    env = {**os.environ, "IMPORTED": str(imported), "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    for where, imports in ((out, 1), (new, 2)):  # each in a process of its own, as a command runs
+        command = [sys.executable, "-c", _REFUSED_RESUME, str(bad), str(where)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines() == ["refused: bad.yaml"]
+        assert imported.read_text().splitlines() == ["imported"] * imports  # the spec loaded once a run
+    assert journal_path(out).read_bytes() == before
+    assert not new.parent.exists()
+
+    with Journal(journal_path(out), resume=True) as journal:
+        assert list(journal.previous.results) == [("a", 0)]
+        journal.append(result("c"))
+    lines = journal_path(out).read_bytes().splitlines()
+    assert lines[:2] == before.splitlines() and Result.model_validate_json(lines[2]).experiment_id == "c"

@@ -6,8 +6,11 @@ a time.
 The lock is ``flock``, exclusive and non-blocking: the kernel releases it when the process dies, even
 by SIGKILL, so a second run on the same ``--out`` is refused rather than interleaving lines, and a
 killed run never leaves a lock behind. A resumed run whose journal ends in a line cut short starts
-its own lines on a line of their own. The text of each result written is found again by ``text_of``: the report
-of the run writes it as it is, not dumped a second time. Imports ``contents`` and ``reading`` of the package.
+its own lines on a line of their own: the newline goes before its first line, so that until it writes, the file
+is as it found it (a resume refused once the journal is read, for a bad spec, changes nothing), and a journal
+file it neither created nor emptied is never removed. The text of each result written is found again by
+``text_of``: the report of the run writes it as it is, not dumped a second time. Imports ``contents`` and
+``reading`` of the package.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ class FileLog:
         # (experiment id, replicate) -> the result this process wrote, where its line starts, its length
         self._written: dict[tuple[str, int], tuple[Result, int, int]] = {}
         self._reader: BinaryIO | None = None
+        self._cut = False  # the journal ended in a line cut short: the next line written starts with a newline
+        self._ours = False  # this run created or emptied the file (removed again where it recorded nothing)
 
     def open(self, *, resume: bool, overwrite: bool) -> JournalContents:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._ours = not self.path.exists()
         self._file = self.path.open("ab")
         try:
             self._lock()
@@ -55,15 +61,14 @@ class FileLog:
             return JournalContents()
         if overwrite:
             self._file.truncate(0)
+            self._ours = True
             return JournalContents()
         contents = read_journal(self.path)
         if not resume:
             raise refusal(str(self.path), contents)
         with self.path.open("rb") as f:
             f.seek(size - 1)
-            if f.read(1) != b"\n":  # a line cut short by a kill: new lines start on a line of their own
-                self._file.write(b"\n")
-                self._file.flush()  # every write reaches the file at once: its size is where the next line starts
+            self._cut = f.read(1) != b"\n"  # a line cut short by a kill: new lines start on a line of their own
         return contents
 
     def append(self, result: Result) -> None:
@@ -73,9 +78,11 @@ class FileLog:
     def write(self, result: Result) -> None:
         """Append ``result``'s line and hand it to the OS (it outlives this process; not the host)."""
         text = result.model_dump_json().encode()
-        start = os.fstat(self._file.fileno()).st_size  # every line is flushed as written: the file's end
-        self._file.write(text + b"\n")
+        lead = b"\n" if self._cut else b""
+        start = os.fstat(self._file.fileno()).st_size + len(lead)  # every line is flushed as written: the file's end
+        self._file.write(lead + text + b"\n")
         self._file.flush()
+        self._cut = False
         self._written[(result.experiment_id, result.replicate)] = (result, start, len(text))
 
     def text_of(self, result: Result) -> bytes | None:
@@ -94,7 +101,7 @@ class FileLog:
         os.fsync(self._file.fileno())
 
     def close(self) -> None:
-        if not self._file.closed and os.fstat(self._file.fileno()).st_size == 0:
+        if self._ours and not self._file.closed and os.fstat(self._file.fileno()).st_size == 0:
             self.path.unlink(missing_ok=True)  # nothing was recorded (the cluster was unreachable…): leave no trace
         self._file.close()  # closing releases the lock
         if self._reader is not None:

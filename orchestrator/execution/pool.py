@@ -33,10 +33,10 @@ from typing import Any, Protocol
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from orchestrator.execution.actors import Executor, WorkerActor
+from orchestrator.execution.actors import Executor, RankExecutor, WorkerActor
 from orchestrator.execution.cluster import describe
 from orchestrator.execution.events import Died, Event, Finished, Ready, death
-from orchestrator.execution.gang import Call, Combine, Gang, RankExecutor
+from orchestrator.execution.gang import Call, Combine, Gang
 from orchestrator.execution.policy import Start
 from orchestrator.machines.nodes import Node
 from tasks.models import Calibration, ErrorInfo, WorkerLimits

@@ -29,10 +29,11 @@ from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
+from orchestrator.execution.actors import Executor, RankExecutor
 from orchestrator.execution.cluster import ClusterInfo
-from orchestrator.execution.gang import Combine, RankExecutor
+from orchestrator.execution.gang import Combine
 from orchestrator.execution.policy import DEFAULT_START_TIMEOUT_S, Run, Scheduler, runs_of, with_silent_ranks
-from orchestrator.execution.pool import Died, Executor, Finished, Pool, Ready, WorkerPool
+from orchestrator.execution.pool import Died, Finished, Pool, Ready, WorkerPool
 from orchestrator.store.journal import Journal, RunKey, run_key
 from orchestrator.store.storage import Location
 from orchestrator.store.traces import TraceStore

@@ -126,23 +126,36 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
         cluster.shutdown()
 
 
-# The modules that take longest, longest first (seconds, serial, on the 2-core machine: ``--durations=0``
-# summed per module). Under pytest-xdist (the README's ``-n 2 --dist loadfile --no-loadscope-reorder``) each
-# worker takes the next module as it finishes one, so the long ones start at once, side by side, and the
-# short ones fill in around them instead of one long module running alone at the end.
+# The modules that take longest, longest first (seconds: their tests' wall time summed, in two runs of the README's
+# ``-n 2 --dist loadfile --no-loadscope-reorder`` on the 2-core machine). Under pytest-xdist each worker takes the
+# next module as it has all but two of its tests done, so the long ones start at once, side by side, and the short
+# ones fill in around them: the last modules handed out take seconds, not the half minute a long one left to the
+# end takes while the other worker has nothing left to do.
 LONGEST_FIRST = (
-    "test_cli.py",  # 78 s: the seed sweep through the CLI alone takes 66-100 s, the suite's longest test
-    "test_runner.py",  # 89 s
-    "test_shared_cache.py",  # 62 s
-    "test_pool.py",  # 61 s
-    "test_faults.py",  # 52 s
-    "test_gang.py",  # 34 s
-    "test_storage.py",  # 34 s
-    "test_resume.py",  # 33 s
-    "test_isolation.py",  # 22 s
-    "test_tracing.py",  # 21 s
-    "test_compile_cache_benchmark.py",  # 21 s
-    "test_benchmarks.py",  # 19 s
+    "test_cli.py",  # 73-90 s: the seed sweep through the CLI alone takes 45-70 s, the suite's longest test
+    "test_runner.py",  # 93-109 s
+    "test_shared_cache.py",  # 74-81 s
+    "test_storage.py",  # 50-73 s
+    "test_faults.py",  # 56-65 s
+    "test_resume.py",  # 48-61 s
+    "test_gang.py",  # 41-44 s
+    "test_pool.py",  # 40-41 s
+    "test_isolation.py",  # 29-39 s
+    "test_report_scale.py",  # 31-34 s
+    "test_tracing.py",  # 25-32 s
+    "test_benchmarks.py",  # 26-28 s
+    "test_compile_cache_benchmark.py",  # 18-22 s
+    "test_blocks.py",  # 19-20 s
+    "test_correctness.py",  # 15-18 s
+    "test_html.py",  # 16-17 s
+    "test_cluster.py",  # 14-15 s
+    "test_layering.py",  # 14 s
+    "test_procedure.py",  # 11-14 s
+    "test_compiling.py",  # 10-13 s
+    "test_distributed_rank.py",  # 10-12 s
+    "test_calibrate_run.py",  # 8-12 s
+    "test_history.py",  # 10-11 s
+    "test_replay.py",  # 10-11 s
 )
 
 

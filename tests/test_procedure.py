@@ -57,9 +57,9 @@ def test_module_compile_of_a_function_is_a_compile_error():
 
 
 def test_foo3_is_faster_compiled_with_inductor_on_cpu():
-    # One thread, as a scheduled worker holding one core has: the suite runs two pytest workers on two cores,
+    # One thread, as a scheduled worker holding one core has: the suite runs three pytest workers on two cores,
     # and two threads each oversubscribe them (inductor's OpenMP kernel waits at its barriers: 0.91x seen).
-    # 15 blocks a side, interleaved: a burst of the other pytest worker's load (a C++ build, a worker importing
+    # 15 blocks a side, interleaved: a burst of another pytest worker's load (a C++ build, a worker importing
     # torch) hit most of 7 and read 0.90x (7.08 ms against 7.86 ms; quiet, 3.2-5.2x).
     r = run(
         "seed.foo3",

@@ -77,6 +77,17 @@ def make_barrier(device, folder: str, parties: int, timeout_s: float = 120):
     return _noop(device)
 
 
+def make_gated(device, gate: str = "", wait_s: float = 300.0):
+    """Builds only once the file ``gate`` exists (at once without one): experiments that cannot finish
+    until a test lets them, so that a driver is always interrupted mid-sweep, however fast the machine.
+    Here, where torch is imported only as the target is built, a driver that checks its parameters imports
+    no torch (3-4 s of CPU for each of the CLI runs that use it)."""
+    deadline = time.monotonic() + wait_s
+    while gate and not Path(gate).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return _noop(device)
+
+
 def make_mark_and_sleep(device, folder: str, seconds: float):
     """Leaves a file named after its Ray node, then sleeps (a test removes that node meanwhile)."""
     import ray

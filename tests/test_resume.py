@@ -52,9 +52,9 @@ defaults:
   timing: {{warmup: 0, repeats: 1}}
   check: {{enabled: false}}
 experiments:
-  - target: tests.user_targets:make_gated
+  - target: tests.fault_targets:make_gated
     sweep: {{seed: {free}}}
-  - target: tests.user_targets:make_gated
+  - target: tests.fault_targets:make_gated
     params: {{gate: "{gate}"}}
     sweep: {{seed: {gated}}}
 """

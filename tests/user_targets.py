@@ -226,18 +226,6 @@ def make_classifier(device: torch.device, batch: int = 4):
     )
 
 
-def make_gated(device: torch.device, gate: str = "", wait_s: float = 300.0):
-    """Builds only once the file ``gate`` exists (at once without one): experiments that cannot finish
-    until a test lets them, so that a driver is always interrupted mid-sweep, however fast the machine."""
-    import time
-    from pathlib import Path
-
-    deadline = time.monotonic() + wait_s
-    while gate and not Path(gate).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return (lambda x: x + 1), (torch.ones(4, device=device),)
-
-
 # NaN and Inf: what only the compiled side returns (``torch.compiler.is_compiling()`` is True while Dynamo traces).
 
 

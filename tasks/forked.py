@@ -94,12 +94,14 @@ class Beside(Generic[T]):
             had = set(sys.modules)  # the parent's modules, as forked
             with collector_paused():  # a collection would touch, so copy, every object of the parent's
                 try:
-                    outcome: tuple[bool, object] = (True, self._make())
+                    made = self._make()
                 except Exception as e:  # said by the parent, as raised here: the work is not done again there
-                    if not _rebuilt_from(pickle.dumps(e), had):
+                    data = pickle.dumps((False, e), protocol=pickle.HIGHEST_PROTOCOL)
+                    if not _rebuilt_from(data, had):
                         raise
-                    outcome = (False, e)
-                pickle.dump(outcome, file, protocol=pickle.HIGHEST_PROTOCOL)
+                else:
+                    data = pickle.dumps((True, made), protocol=pickle.HIGHEST_PROTOCOL)
+                file.write(data)
                 file.flush()
             code = 0
         finally:

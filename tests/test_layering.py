@@ -122,13 +122,14 @@ def test_a_worker_process_imports_its_actor_and_nothing_of_the_scheduler():
 # ------------------------------------------------------------------ the worker side's import graph
 
 
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Which modules of ``package`` each module imports, from its source: every import, those inside
+def import_graph(*packages: str) -> dict[str, set[str]]:
+    """Which modules of ``packages`` each of their modules imports, from its source: every import, those inside
     functions and under ``TYPE_CHECKING`` included (an import deferred to run time is still a circle)."""
     import ast
 
     paths = {
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+        for package in packages
         for p in (ROOT / package).rglob("*.py")
     }
     graph: dict[str, set[str]] = {}
@@ -174,28 +175,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 def project_graph() -> dict[str, set[str]]:
     """The import graph of every package and script folder of the project, as one graph: an arrow from a
     benchmark into the report and back would be a circle too."""
-    graph: dict[str, set[str]] = {}
-    for package in ("orchestrator", "tasks", "benchmarks", "scripts"):
-        graph |= import_graph(package)
-    known = set(graph)
-    return {
-        name: {d for d in deps | _absolute_imports(name) if d in known and d != name} for name, deps in graph.items()
-    }
-
-
-def _absolute_imports(module: str) -> set[str]:
-    """What ``module`` imports of the other packages (``import_graph`` keeps only its own package's)."""
-    import ast
-
-    path = ROOT.joinpath(*module.split("."))
-    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
-    return found
+    return import_graph("orchestrator", "tasks", "benchmarks", "scripts")
 
 
 def test_the_project_has_no_import_circle():

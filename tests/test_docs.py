@@ -214,19 +214,21 @@ def test_every_relative_link_of_the_readme_resolves() -> None:
             assert anchor in _anchors(target), f"README links to {link}: no such heading"
 
 
+def _bash_blocks(markdown: Path) -> list[str]:
+    """The ```bash blocks of ``markdown``, each without its surrounding blank space."""
+    return [block.strip() for block in re.findall(r"```bash\n(.*?)```", markdown.read_text(), flags=re.S)]
+
+
 def test_readme_keeps_the_two_set_up_commands_first() -> None:
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
-    assert blocks[0].strip() == (
+    blocks = _bash_blocks(ROOT / "README.md")
+    assert blocks[0] == (
         "python3 -m venv .venv && . .venv/bin/activate && pip install torch==2.13.0 uv "
         "&& uv pip install --compile-bytecode -e . && compilebench run examples/seed.yaml --out seed-report.json"
     )
     ci = (ROOT / ".ci" / "run").read_text()
-    assert blocks[1].strip() in ci.splitlines(), "CI runs the README's test command"
-    shown = [
-        block.strip()
-        for block in re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "getting-started.md").read_text(), flags=re.S)
-    ]
-    assert blocks[0].strip() in shown and blocks[1].strip() in shown, "getting-started shows both as they are"
+    assert blocks[1] in ci.splitlines(), "CI runs the README's test command"
+    shown = _bash_blocks(ROOT / "docs" / "getting-started.md")
+    assert blocks[0] in shown and blocks[1] in shown, "getting-started shows both as they are"
     assert "mkdocs build --strict" in blocks[1]
     # pip takes torch from the machine's pip configuration (a local CPU build here); uv, which does not read it,
     # installs the rest and keeps that torch; both compile bytecode (PYTHONDONTWRITEBYTECODE is set on our machines)

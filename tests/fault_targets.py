@@ -88,13 +88,28 @@ def make_gated(device, gate: str = "", wait_s: float = 300.0):
     return _noop(device)
 
 
-def make_mark_and_sleep(device, folder: str, seconds: float):
-    """Leaves a file named after its Ray node, then sleeps (a test removes that node meanwhile)."""
-    import ray
+def _marked_nodes(folder: Path) -> int:
+    """How many nodes have left a file in ``folder`` (each named ``<node id>-<pid>``)."""
+    return len({p.name.rpartition("-")[0] for p in folder.iterdir()})
 
+
+def mark(folder: str, node_id: str, nodes: int = 0, wait_s: float = 120.0) -> None:
+    """Leaves a file named after its Ray node in ``folder``; with ``nodes``, then waits until that many nodes
+    have left one (at most ``wait_s``): experiments that hold their workers so, the one node whose workers start
+    last still takes an experiment, however loaded the machine."""
     here = Path(folder)
     here.mkdir(parents=True, exist_ok=True)
-    (here / f"{ray.get_runtime_context().get_node_id()}-{os.getpid()}").touch()
+    (here / f"{node_id}-{os.getpid()}").touch()
+    deadline = time.monotonic() + wait_s
+    while _marked_nodes(here) < nodes and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def make_mark_and_sleep(device, folder: str, seconds: float, nodes: int = 0):
+    """Leaves a file named after its Ray node (``mark``), then sleeps (a test removes that node meanwhile)."""
+    import ray
+
+    mark(folder, ray.get_runtime_context().get_node_id(), nodes)
     time.sleep(seconds)
     return _noop(device)
 
@@ -288,7 +303,7 @@ class StubRank:
     sleeps ``params['ms']`` and misbehaves as ``params`` say: ``fail_rank`` returns an error outcome
     (the others wait as in a collective: ``params['wait_s']``), ``hang_rank`` never answers,
     ``die_rank`` ends its process (once, with ``marker``: the file it leaves, as ``make_flaky``), ``mark``
-    leaves a file named after its node in that folder."""
+    leaves a file named after its node in that folder and waits for ``nodes`` nodes to have left one (``mark``)."""
 
     def __init__(self, placement: dict[str, Any], rank: int, world_size: int) -> None:
         self.placement, self.rank, self.world_size = placement, rank, world_size
@@ -324,8 +339,7 @@ class StubRank:
         if params.get("hang_rank") == self.rank:
             time.sleep(3600)
         if params.get("mark"):  # a file named after its node, as make_mark_and_sleep leaves
-            Path(params["mark"]).mkdir(parents=True, exist_ok=True)
-            (Path(params["mark"]) / f"{self.placement['node_id']}-{os.getpid()}").touch()
+            mark(params["mark"], self.placement["node_id"], int(params.get("nodes", 0)))
         error = None
         if params.get("fail_rank") == self.rank:
             error = {"type": "RuntimeError", "message": f"rank {self.rank} raised (test)"}

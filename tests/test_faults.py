@@ -91,9 +91,10 @@ def test_a_lost_nodes_experiments_run_again_elsewhere_without_spending_a_retry(c
     doomed = cluster.add_node(num_cpus=2, num_gpus=2, **gpu("A100"))
     cluster.wait_for_nodes()
     marks = tmp_path / "marks"
-    experiments = [
-        fault("mark_and_sleep", params={"folder": str(marks), "seconds": 3}, seed=s, retries=0) for s in range(6)
-    ]
+    # the first workers hold their experiments until both A100 nodes have begun one: the new node's workers, however
+    # slow to start, find experiments still waiting
+    params = {"folder": str(marks), "seconds": 3, "nodes": 2}
+    experiments = [fault("mark_and_sleep", params=params, seed=s, retries=0) for s in range(6)]
 
     def remove_once_it_runs_an_experiment() -> None:
         for _ in range(6000):

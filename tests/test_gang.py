@@ -99,7 +99,11 @@ def test_a_node_lost_under_a_gang_runs_its_experiment_again_elsewhere_free_of_ch
     doomed = two_nodes.add_node(num_cpus=2, num_gpus=2)
     two_nodes.wait_for_nodes()
     marks = tmp_path / "marks"
-    experiments = [ranked(200 + s, ms=3000, mark=str(marks)).model_copy(update={"retries": 0}) for s in range(3)]
+    # each gang holds its experiment until a gang of every node has begun one: the new node's gang, however slow
+    # to start, finds the third experiment still waiting
+    experiments = [
+        ranked(200 + s, ms=3000, mark=str(marks), nodes=3).model_copy(update={"retries": 0}) for s in range(3)
+    ]
 
     def remove_once_a_gang_runs_there() -> None:
         for _ in range(2400):

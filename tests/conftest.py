@@ -191,18 +191,34 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """moto's S3 server, in this process on a free port of 127.0.0.1, for every S3 test of the session;
-    each test module keeps to buckets of its own. Clients find it by ``use_s3_endpoint``'s environment."""
+    each test module keeps to buckets of its own. Clients find it by ``use_s3_endpoint``'s environment.
+
+    One request at a time: moto checks a write's condition (``If-None-Match: *``, ``If-Match``) and then
+    writes, so two writes on its threads could both pass the check, where S3 lets exactly one through. The
+    journals' lease stands on S3's answer; serving each request whole before the next, as ``ThreadedMotoServer``
+    does not, makes moto's answer S3's."""
     pytest.importorskip("moto")
     pytest.importorskip("s3fs")
-    from moto.server import ThreadedMotoServer
+    import threading
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
+    from werkzeug.serving import make_server
+
+    app, one_at_a_time = DomainDispatcherApplication(create_backend_app), threading.Lock()
+
+    def atomic(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        with one_at_a_time:
+            return list(app(environ, start_response))
+
+    server = make_server("127.0.0.1", 0, atomic, threaded=True, request_handler=MotoRequestHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
     try:
-        yield f"http://{host}:{port}"
+        yield f"http://{host!s}:{port}"
     finally:
-        server.stop()
+        server.shutdown()
+        thread.join()
 
 
 def use_s3_endpoint(env: pytest.MonkeyPatch, endpoint: str) -> None:

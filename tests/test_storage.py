@@ -13,12 +13,15 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -391,6 +394,39 @@ def test_the_store_honours_conditional_writes_and_deletes(s3):
         read_version(fs, key)
     with pytest.raises(ConditionFailed):
         replace_version(fs, key, b"5", second)  # If-Match on an object that is gone: never created anew
+
+
+def test_writers_creating_one_object_at_once_let_exactly_one_through(s3, monkeypatch):
+    """As on S3: of eight writers that create one object at the same moment (``If-None-Match: *``), exactly
+    one succeeds and seven are refused, each of five times. moto looks the object up, then writes: its lookup
+    answers 20 ms late here, so that on a server that handled requests side by side (``ThreadedMotoServer``)
+    each writer would find no object and all would write. The session's server handles one request at a time."""
+    from moto.s3.models import S3Backend
+
+    look_up = S3Backend.get_object
+
+    def slow_look_up(self: S3Backend, *args: Any, **kwargs: Any) -> Any:
+        found = look_up(self, *args, **kwargs)
+        time.sleep(0.02)  # answered late: the object may have been written meanwhile
+        return found
+
+    monkeypatch.setattr(S3Backend, "get_object", slow_look_up)
+    fs, folder = open_location(s3.prefix())
+    for n in range(5):
+        key, together = f"{folder}/{n}", threading.Barrier(8)
+
+        def create(writer: int, key: str = key, together: threading.Barrier = together) -> bool:
+            together.wait(30)
+            try:
+                create_only(fs, key, str(writer).encode())
+            except FileExistsError:
+                return False
+            return True
+
+        with ThreadPoolExecutor(8) as pool:
+            created = list(pool.map(create, range(8)))
+        assert created.count(True) == 1, (n, created)
+        assert read_version(fs, key).data == str(created.index(True)).encode()
 
 
 def test_two_drivers_racing_for_one_journal_exactly_one_runs_every_time(s3):

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +64,24 @@ def make_flaky(device, marker: str):
     return _noop(device)
 
 
+def _wait_for(ready: Callable[[], bool], wait_s: float, poll_s: float = 0.02) -> bool:
+    """Polls ``ready`` until it holds or ``wait_s`` have passed; whether it held."""
+    deadline = time.monotonic() + wait_s
+    while not ready():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def make_barrier(device, folder: str, parties: int, timeout_s: float = 120):
     """Waits until ``parties`` experiments are inside this factory at once (one file each in
     ``folder``): only that many concurrent workers get past it; fewer time out."""
     here = Path(folder)
     here.mkdir(parents=True, exist_ok=True)
     (here / f"{os.getpid()}-{time.monotonic_ns()}").touch()
-    deadline = time.monotonic() + timeout_s
-    while len(list(here.iterdir())) < parties:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(list(here.iterdir()))} of {parties} experiments ran at once")
-        time.sleep(0.05)
+    if not _wait_for(lambda: len(list(here.iterdir())) >= parties, timeout_s, poll_s=0.05):
+        raise TimeoutError(f"only {len(list(here.iterdir()))} of {parties} experiments ran at once")
     return _noop(device)
 
 
@@ -82,9 +90,7 @@ def make_gated(device, gate: str = "", wait_s: float = 300.0):
     until a test lets them, so that a driver is always interrupted mid-sweep, however fast the machine.
     Here, where torch is imported only as the target is built, a driver that checks its parameters imports
     no torch (3-4 s of CPU for each of the CLI runs that use it)."""
-    deadline = time.monotonic() + wait_s
-    while gate and not Path(gate).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_for(lambda: not gate or Path(gate).exists(), wait_s)
     return _noop(device)
 
 
@@ -100,9 +106,7 @@ def mark(folder: str, node_id: str, nodes: int = 0, wait_s: float = 120.0) -> No
     here = Path(folder)
     here.mkdir(parents=True, exist_ok=True)
     (here / f"{node_id}-{os.getpid()}").touch()
-    deadline = time.monotonic() + wait_s
-    while _marked_nodes(here) < nodes and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_for(lambda: _marked_nodes(here) >= nodes, wait_s)
 
 
 def make_mark_and_sleep(device, folder: str, seconds: float, nodes: int = 0):

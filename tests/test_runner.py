@@ -8,11 +8,13 @@ import os
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 from orchestrator.execution.runner import run_experiments
 from orchestrator.store.journal import Journal
 from tasks.models import Experiment, Result
 
-from .conftest import RAY_CPUS, RAY_GPUS
+from .conftest import RAY_CPUS, RAY_GPUS, SESSION_RAY
 
 EAGER = {"backend": "eager"}  # what these tests schedule, not what inductor makes of it
 
@@ -33,10 +35,12 @@ def overlaps(results: list[Result]) -> list[tuple[str, str]]:
     return [(a[2], b[2]) for a, b in itertools.pairwise(spans) if b[0] < a[1]]
 
 
-def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cluster, tmp_path):
-    """The first experiments wait in their factory until one runs on each GPU at once (``RAY_GPUS``): so every
-    GPU has a worker, and none runs two experiments at a time."""
-    barrier = {"folder": str(tmp_path / "barrier"), "parties": RAY_GPUS}
+@pytest.fixture(scope="module")
+def gpu_sweep(tmp_path_factory: pytest.TempPathFactory) -> list[Result]:
+    """One sweep of GPU experiments, for the tests that read what its workers did. The first experiments wait in
+    their factory until one runs on each GPU at once (``RAY_GPUS``): every GPU gets a worker, and experiments on
+    two GPUs run side by side."""
+    barrier = {"folder": str(tmp_path_factory.mktemp("barrier")), "parties": RAY_GPUS}
     experiments = [
         *(
             Experiment(target="tests.fault_targets:make_barrier", params=barrier, compile=EAGER, seed=s)
@@ -44,7 +48,18 @@ def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cl
         ),
         *(sleepy(seed) for seed in range(4)),
     ]
-    results = run_experiments(experiments, ray_cluster)
+    return run_experiments(experiments, SESSION_RAY.local())
+
+
+@pytest.fixture(scope="module")
+def cpu_sweep() -> list[Result]:
+    """One sweep of CPU experiments, for the tests that read what its worker did."""
+    return run_experiments([sleepy(seed, device="cpu") for seed in range(3)], SESSION_RAY.local())
+
+
+def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(gpu_sweep):
+    """Every GPU has a worker, and none runs two experiments at a time."""
+    results = gpu_sweep
     assert [r.status for r in results] == ["ok"] * 8, [r.error for r in results]
     by_gpu: dict[str, list[Result]] = defaultdict(list)
     for r in results:
@@ -61,8 +76,8 @@ def test_one_long_lived_worker_per_gpu_runs_experiments_one_after_another(ray_cl
     assert all(r.attempts == 1 for r in results)
 
 
-def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(ray_cluster):
-    results = run_experiments([sleepy(seed, device="cpu") for seed in range(3)], ray_cluster)
+def test_cpu_experiments_reserve_the_whole_node_and_run_one_at_a_time(cpu_sweep):
+    results = cpu_sweep
     assert [r.status for r in results] == ["ok"] * 3
     assert overlaps(results) == []
     assert all(r.worker.gpu_ids == [] for r in results)
@@ -115,16 +130,16 @@ def test_cold_compile_is_several_times_the_warm_one(ray_cluster):
     assert cold.compile_latency_s > 2 * warm.compile_latency_s, (cold.compile_latency_s, warm.compile_latency_s)
 
 
-def test_cpu_experiments_own_the_nodes_cores(ray_cluster):
-    (r,) = run_experiments([sleepy(7, device="cpu")], ray_cluster)
+def test_cpu_experiments_own_the_nodes_cores(cpu_sweep):
     physical = sorted(os.sched_getaffinity(0))
-    assert r.measurement.cores == physical[:RAY_CPUS]
-    assert r.measurement.exclusive_cores
-    assert r.worker.threads == r.measurement.compile_threads == len(r.measurement.cores)
+    for r in cpu_sweep:
+        assert r.measurement.cores == physical[:RAY_CPUS]
+        assert r.measurement.exclusive_cores
+        assert r.worker.threads == r.measurement.compile_threads == len(r.measurement.cores)
 
 
-def test_concurrent_gpu_experiments_never_share_a_claimed_core(ray_cluster):
-    results = run_experiments([sleepy(100 + seed) for seed in range(4)], ray_cluster)
+def test_concurrent_gpu_experiments_never_share_a_claimed_core(gpu_sweep):
+    results = gpu_sweep
     assert all(r.status == "ok" for r in results)
     assert all(r.measurement.niceness == 0 for r in results)  # not Ray's 15 (cluster.LOCAL_SYSTEM_CONFIG)
     exclusive = [r for r in results if r.measurement.exclusive_cores]
@@ -208,13 +223,13 @@ def test_a_worker_started_where_one_was_killed_waits_until_that_process_has_exit
 
 
 def test_a_worker_is_replaced_after_max_experiments_and_says_how_many_ran_before(ray_cluster):
-    experiments = [sleepy(200 + seed, device="cpu", worker={"max_experiments": 2}) for seed in range(5)]
+    experiments = [sleepy(200 + seed, device="cpu", worker={"max_experiments": 2}) for seed in range(3)]
     results = run_experiments(experiments, ray_cluster)
-    assert [r.status for r in results] == ["ok"] * 5 and all(r.attempts == 1 for r in results)
-    assert [r.worker.experiments_before for r in results] == [0, 1, 0, 1, 0]
+    assert [r.status for r in results] == ["ok"] * 3 and all(r.attempts == 1 for r in results)
+    assert [r.worker.experiments_before for r in results] == [0, 1, 0]
     pids = [r.worker.pid for r in results]
-    assert pids[0] == pids[1] != pids[2] == pids[3] != pids[4] and len(set(pids)) == 3
-    assert [r.measurement.fresh_process for r in results] == [True, False, True, False, True]
+    assert pids[0] == pids[1] != pids[2]
+    assert [r.measurement.fresh_process for r in results] == [True, False, True]
     # each replacement claimed the cores its predecessor handed back with its last result, though that
     # process may not have exited yet (tasks.isolation.release_claim)
     assert all(r.measurement.exclusive_cores for r in results), [r.measurement.exclusive_cores for r in results]
@@ -224,25 +239,20 @@ def test_the_runs_limit_applies_where_an_experiment_sets_none(ray_cluster):
     from tasks.models import WorkerLimits
 
     results = run_experiments(
-        [sleepy(210 + seed, device="cpu") for seed in range(3)],
+        [sleepy(210 + seed, device="cpu") for seed in range(2)],
         ray_cluster,
         worker_limits=WorkerLimits(max_experiments=1),
     )
-    assert [r.worker.experiments_before for r in results] == [0, 0, 0]
-    assert len({r.worker.pid for r in results}) == 3
+    assert [r.worker.experiments_before for r in results] == [0, 0]
+    assert len({r.worker.pid for r in results}) == 2
     assert all(r.measurement.exclusive_cores for r in results)
 
 
-def test_a_reset_that_raises_keeps_the_result_and_replaces_the_worker(ray_cluster):
+@pytest.fixture(scope="module")
+def replaced() -> list[Result]:
+    """One sweep, one CPU worker at a time: a reset that raises, then a worker whose memory grows past its limit
+    in its second experiment, each followed by an experiment that shows where the next one ran."""
     poisoned = Experiment(target="tests.fault_targets:make_poison_reset", device="cpu", compile={"backend": "eager"})
-    results = run_experiments([poisoned, sleepy(220, device="cpu")], ray_cluster)
-    first, after = results
-    assert (first.status, first.attempts) == ("ok", 1), first.error
-    assert (after.status, after.attempts) == ("ok", 1)
-    assert after.worker.pid != first.worker.pid and after.worker.experiments_before == 0
-
-
-def test_a_worker_whose_memory_grew_past_its_limit_is_replaced(ray_cluster):
     hoard = Experiment(
         target="tests.fault_targets:make_hoard",
         params={"mb": 600},
@@ -250,9 +260,21 @@ def test_a_worker_whose_memory_grew_past_its_limit_is_replaced(ray_cluster):
         compile={"backend": "eager"},
         worker={"max_rss_growth_mb": 400},
     )
-    first, after = run_experiments([hoard, sleepy(230, device="cpu")], ray_cluster)
-    assert (first.status, first.attempts) == ("ok", 1)
-    assert after.status == "ok" and after.worker.pid != first.worker.pid
+    return run_experiments([poisoned, sleepy(220, device="cpu"), hoard, sleepy(230, device="cpu")], SESSION_RAY.local())
+
+
+def test_a_reset_that_raises_keeps_the_result_and_replaces_the_worker(replaced):
+    first, after, _, _ = replaced
+    assert (first.status, first.attempts) == ("ok", 1), first.error
+    assert (after.status, after.attempts) == ("ok", 1)
+    assert after.worker.pid != first.worker.pid and after.worker.experiments_before == 0
+
+
+def test_a_worker_whose_memory_grew_past_its_limit_is_replaced(replaced):
+    _, before, hoard, after = replaced
+    assert (hoard.status, hoard.attempts) == ("ok", 1)
+    assert hoard.worker.pid == before.worker.pid and hoard.worker.experiments_before == 1
+    assert after.status == "ok" and after.worker.pid != hoard.worker.pid and after.worker.experiments_before == 0
 
 
 def test_a_worker_ray_cannot_place_ends_as_unschedulable_instead_of_hanging(ray_cluster):

@@ -548,7 +548,8 @@ def test_a_history_without_series_renders():
 @needs_chromium
 def test_the_charts_and_change_markers_render_in_headless_chromium(page, tmp_path):
     assert CHROMIUM, "Chromium is needed in CI: .ci/run installs Debian's chromium"
-    dom = _chromium(page, tmp_path, "--dump-dom").stdout
+    shot = tmp_path / "page.png"  # the DOM after its scripts ran and a screenshot, from one start of Chromium
+    dom = _chromium(page, tmp_path, "--dump-dom", f"--screenshot={shot}", "--window-size=1280,1600").stdout
     starts = [dom.find(f'id="chart-series-{i}"') for i in range(4)]
     assert all(s >= 0 for s in starts), starts
     bounds = [*sorted(starts), len(dom)]
@@ -560,8 +561,6 @@ def test_the_charts_and_change_markers_render_in_headless_chromium(page, tmp_pat
         assert "shapelayer" in chart and "stroke: rgb(192, 57, 43)" in chart  # the red dashed line
     assert "change point" not in charts[2] + charts[3]
 
-    shot = tmp_path / "page.png"
-    _chromium(page, tmp_path, f"--screenshot={shot}", "--window-size=1280,1600")
     with Image.open(shot) as image:
         rgb = np.asarray(image.convert("RGB"))
     assert (rgb != 255).any(axis=2).mean() > 0.03, "the screenshot is (nearly) blank"

@@ -146,6 +146,7 @@ LONGEST_FIRST = (
     "test_blocks.py",  # 32 s
     "test_benchmarks.py",  # 31 s
     "test_correctness.py",  # 26-27 s
+    "test_types.py",  # mypy, a cold run
     "test_html.py",  # 25 s
     "test_compile_cache_benchmark.py",  # 23-26 s
     "test_cluster.py",  # 21-27 s

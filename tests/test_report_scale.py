@@ -1,4 +1,4 @@
-"""The read side at 5,000 results: what keeps each command within its bounds at 100,000 (``benchmarks/read_scale.py``
+"""The read side at 2,500 results: what keeps each command within its bounds at 100,000 (``benchmarks/read_scale.py``
 times them), asserted as behaviour: the compressed report keeps every sample bit for bit and old versions
 still read; past a screenful, validate summarises, the terminal clips its tables and the page pages its
 tables; history reads the history files beside the reports, not the reports; compare and export say the
@@ -37,12 +37,12 @@ from orchestrator.report.page import PAGE_ROWS
 from tasks.models import ErrorInfo, Result
 from tests.report_data import make_report, make_result
 
-N = 5_000
+N = 2_500
 DATA = Path(__file__).parent / "data"
 
 
 def _results(n: int, seed: int) -> list[Result]:
-    """``n`` results of 50 targets x 25 shapes x 2 configurations (and replicates), 3% failed, each with 20
+    """``n`` results of 25 targets x 25 shapes x 2 configurations (and replicates), 3% failed, each with 20
     samples a side drawn at full double precision."""
     rng = np.random.default_rng(seed)
     templates = {
@@ -60,9 +60,9 @@ def _results(n: int, seed: int) -> list[Result]:
             t.model_copy(
                 update={
                     "experiment_id": f"{seed:02d}{i:010x}",
-                    "target": f"t{(i // 2) % 50}",
-                    "params": {"shape": (i // 100) % 25},
-                    "replicate": i // 2500,
+                    "target": f"t{(i // 2) % 25}",
+                    "params": {"shape": (i // 50) % 25},
+                    "replicate": i // 1250,
                     "eager": eager,
                 }
             )
@@ -72,7 +72,7 @@ def _results(n: int, seed: int) -> list[Result]:
 
 @pytest.fixture(scope="module")
 def kept(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """One report of 5,000 results written compressed and as plain JSON, and a second compressed one."""
+    """One report of 2,500 results written compressed and as plain JSON, and a second compressed one."""
     folder = tmp_path_factory.mktemp("scale")
     base = make_report(_results(N, 1), name="base")
     paths = {"gz": folder / "base.json.gz", "plain": folder / "plain" / "base.json", "new": folder / "new.json.gz"}
@@ -187,7 +187,7 @@ def test_the_terminal_clips_every_table_and_says_where_every_row_is(kept, monkey
     assert result.exit_code == 0, result.output
     groups = len(read(kept["gz"]).summary.groups)
     assert len(made) == 40 and f"first 40 of {groups:,} rows; every row with --format markdown" in result.output
-    assert "5,000 results, one row each with --format csv" in result.output
+    assert f"{N:,} results, one row each with --format csv" in result.output
     assert re.search(r"first 40 of [\d,]+ rows; every row with --format markdown", result.output)
     assert len(result.output.splitlines()) < 2_000  # not a row a result
     csv_rows = CliRunner().invoke(app, ["report", str(kept["gz"]), "--format", "csv"]).output.splitlines()
@@ -230,7 +230,7 @@ def test_the_terminal_reads_of_a_big_report_the_results_it_lists_and_prints_what
 
     assert drawn(outline) == drawn(whole)
     by_cli = CliRunner().invoke(app, ["report", str(kept["gz"])])
-    assert by_cli.exit_code == 0 and "5,000 results, one row each with --format csv" in by_cli.output
+    assert by_cli.exit_code == 0 and f"{N:,} results, one row each with --format csv" in by_cli.output
 
     # digests written before the listed columns were kept: read whole, the same tables
     text = gzip.decompress(kept["gz"].read_bytes())
@@ -355,7 +355,7 @@ def test_the_page_holds_a_bounded_number_of_rows_and_every_result_in_its_data(ke
 
 
 def test_past_a_few_hundred_results_the_speedup_chart_is_a_box_per_configuration(kept):
-    """5,000 results: a box per configuration holding every speedup, not a bar per result; a small report
+    """2,500 results: a box per configuration holding every speedup, not a bar per result; a small report
     keeps its bars."""
     from orchestrator.report.charts import MAX_SPEEDUP_BARS, speedup_figures
     from orchestrator.report.summary import valid_timing
@@ -396,7 +396,7 @@ def test_history_reads_the_history_files_not_the_reports(tmp_path, monkeypatch):
 
 def test_compare_says_the_same_of_a_compressed_report(kept):
     """The compressed report reads as the same model as the plain one (the first test), so every command says the
-    same of it; compare, once, on the two reports of 5,000 results."""
+    same of it; compare, once, on the two reports of 2,500 results."""
     plain, packed, new = read(kept["plain"]), read(kept["gz"]), read(kept["new"])
     assert as_json(compare(plain, new, Thresholds())) == as_json(compare(packed, new, Thresholds()))
 
@@ -522,8 +522,8 @@ def test_compare_on_a_terminal_clips_its_changes_and_markdown_and_json_list_ever
     markdown and JSON list every one, each with its cells."""
     base = read(kept["gz"])
     rng = np.random.default_rng(4)
-    moved = [  # 1% noise on every speedup, and 100 experiments 30% slower
-        r.model_copy(update={"speedup": r.speedup * (1 + 0.01 * rng.normal()) * (0.7 if i % 50 == 0 else 1.0)})
+    moved = [  # 1% noise on every speedup, and 50 experiments 30% slower
+        r.model_copy(update={"speedup": r.speedup * (1 + 0.01 * rng.normal()) * (0.7 if i % 25 == 0 else 1.0)})
         if r.speedup
         else r
         for i, r in enumerate(base.results)

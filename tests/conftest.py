@@ -126,37 +126,36 @@ def multinode_cluster(head_cpus: int, nodes: list[dict]) -> Iterator[Any]:
         cluster.shutdown()
 
 
-# The modules that take longest, longest first (seconds: their tests' wall time summed, two runs of the suite with
-# ``-n 3 --dist loadfile`` on the 2-core machine). Each pytest-xdist worker takes the next module once it has all but
-# two of its tests done, so the long ones start first, side by side, and the short ones fill in around them: the last
-# modules handed out take seconds, and the three workers end within 5 s of each other (their tests' wall time: 377,
-# 379 and 382 s in one run, 402, 404 and 404 s in the other).
+# The modules that take longest, longest first (seconds: their tests' wall time summed, in one run of the README's test
+# command from a fresh clone on the 2-core machine, ``-n 3 --dist loadfile``). Each pytest-xdist worker takes the next
+# module once it has all but two of its tests done, so the long ones start first, side by side, and the short ones fill
+# in around them: the last modules handed out take seconds, and the three workers end close together.
 LONGEST_FIRST = (
-    "test_cli.py",  # 104-112 s: first, for the seed sweep through the CLI, the suite's longest test (91-98 s)
-    "test_runner.py",  # 143-150 s
-    "test_shared_cache.py",  # 105-106 s
-    "test_faults.py",  # 66-71 s
-    "test_gang.py",  # 56-64 s
-    "test_storage.py",  # 57-62 s
-    "test_report_scale.py",  # 48-62 s
-    "test_resume.py",  # 45-62 s
-    "test_isolation.py",  # 34-67 s
-    "test_pool.py",  # 44-49 s
-    "test_tracing.py",  # 43-48 s
-    "test_blocks.py",  # 32 s
-    "test_benchmarks.py",  # 31 s
-    "test_correctness.py",  # 26-27 s
-    "test_types.py",  # mypy, a cold run
+    "test_cli.py",  # 122 s: first, for the seed sweep through the CLI, the suite's longest test (106 s)
+    "test_runner.py",  # 127 s
+    "test_shared_cache.py",  # 112 s
+    "test_faults.py",  # 76 s
+    "test_resume.py",  # 73 s
+    "test_isolation.py",  # 68 s
+    "test_storage.py",  # 60 s
+    "test_pool.py",  # 52 s
+    "test_gang.py",  # 51 s
+    "test_tracing.py",  # 48 s
+    "test_blocks.py",  # 44 s
+    "test_benchmarks.py",  # 38 s
+    "test_types.py",  # 29 s: mypy, a cold run
+    "test_report_scale.py",  # 28 s
+    "test_compile_cache_benchmark.py",  # 27 s
     "test_html.py",  # 25 s
-    "test_compile_cache_benchmark.py",  # 23-26 s
-    "test_cluster.py",  # 21-27 s
-    "test_layering.py",  # 21-23 s
-    "test_replay.py",  # 15-18 s
-    "test_procedure.py",  # 17 s
-    "test_compiling.py",  # 15-16 s
-    "test_history.py",  # 13-16 s
-    "test_distributed_rank.py",  # 14 s
-    "test_calibrate_run.py",  # 8-14 s
+    "test_procedure.py",  # 24 s
+    "test_correctness.py",  # 24 s
+    "test_cluster.py",  # 22 s
+    "test_layering.py",  # 19 s
+    "test_distributed_rank.py",  # 17 s
+    "test_compiling.py",  # 15 s
+    "test_replay.py",  # 14 s
+    "test_history.py",  # 13 s
+    "test_calibrate_run.py",  # 10 s
 )
 
 

@@ -41,7 +41,7 @@ from orchestrator.report.history import (
 from orchestrator.report.history_html import render_history_html
 from tasks.models import Result
 from tests.report_data import make_report, make_result
-from tests.test_html import CHROMIUM, _chromium, needs_chromium
+from tests.test_html import CHROMIUM, _dom_and_screenshot, needs_chromium
 from tests.test_report_layering import cli_without_ray_or_torch
 
 runner = CliRunner()
@@ -548,8 +548,7 @@ def test_a_history_without_series_renders():
 @needs_chromium
 def test_the_charts_and_change_markers_render_in_headless_chromium(page, tmp_path):
     assert CHROMIUM, "Chromium is needed in CI: .ci/run installs Debian's chromium"
-    shot = tmp_path / "page.png"  # the DOM after its scripts ran and a screenshot, from one start of Chromium
-    dom = _chromium(page, tmp_path, "--dump-dom", f"--screenshot={shot}", "--window-size=1280,1600").stdout
+    dom, shot = _dom_and_screenshot(page, tmp_path, "1280,1600")
     starts = [dom.find(f'id="chart-series-{i}"') for i in range(4)]
     assert all(s >= 0 for s in starts), starts
     bounds = [*sorted(starts), len(dom)]

@@ -86,8 +86,7 @@ def test_report_and_run_write_the_page_through_the_cli(tmp_path):
 @needs_chromium
 def test_the_charts_render_in_headless_chromium(page, tmp_path):
     assert CHROMIUM, "Chromium is needed in CI: .ci/run installs Debian's chromium"
-    shot = tmp_path / "page.png"  # the DOM after its scripts ran and a screenshot, from one start of Chromium
-    dom = _chromium(page, tmp_path, "--dump-dom", f"--screenshot={shot}", "--window-size=1280,2400").stdout
+    dom, shot = _dom_and_screenshot(page, tmp_path, "1280,2400")
     _assert_drawn(dom, CHARTS)
     samples = dom[dom.find('id="chart-samples"') :]
     assert "violins" in samples[:200_000]  # the selector drew the first result's distributions
@@ -107,6 +106,14 @@ def _assert_drawn(dom: str, charts: list[str]) -> None:
     bounds = [*sorted(positions), len(dom)]
     for start, end in itertools.pairwise(bounds):
         assert 'class="main-svg"' in dom[start:end], dom[start : start + 200]  # plotly drew an SVG in it
+
+
+def _dom_and_screenshot(page: Path, tmp_path: Path, window: str) -> tuple[str, Path]:
+    """The page's DOM after its scripts ran, and a screenshot of a ``window`` ("width,height") window: both from one
+    start of Chromium, which loads and draws the page (plotly.js inlined) once."""
+    shot = tmp_path / "page.png"
+    dom = _chromium(page, tmp_path, "--dump-dom", f"--screenshot={shot}", f"--window-size={window}").stdout
+    return dom, shot
 
 
 def _chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

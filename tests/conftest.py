@@ -89,16 +89,12 @@ def _leave_ray_at_the_end() -> Iterator[None]:
     SESSION_RAY.leave()
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """What collection imported (torch, Ray, every test module: some 450,000 objects) is moved out of the cycle
-    collector's reach, as a worker does after its imports (``tasks.worker``): each full collection a test
-    triggers then walks only what the tests made. About 4% less CPU in the modules that build big reports."""
-    gc.freeze()
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Frozen again where a test unfroze everything: a run in this process does, as it ends
-    (``orchestrator.api.settled_journal``), and so does a test of a worker."""
+    """What this process holds is moved out of the cycle collector's reach where nothing is frozen, as a worker does
+    after its imports (``tasks.worker``): before the first test, what collection imported (torch, Ray, every test
+    module: some 450,000 objects); again after a test unfroze everything (a run in this process does as it ends,
+    ``orchestrator.api.settled_journal``, and so does a test of a worker). Each full collection a test triggers then
+    walks only what the tests made: about 4% less CPU in the modules that build big reports."""
     if gc.get_freeze_count() == 0:
         gc.freeze()
 

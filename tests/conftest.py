@@ -106,9 +106,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     after its imports (``tasks.worker``): before the first test, what collection imported (torch, Ray, every test
     module: some 450,000 objects); again after a test unfroze everything (a run in this process does as it ends,
     ``orchestrator.api.settled_journal``, and so does a test of a worker). Each full collection a test triggers then
-    walks only what the tests made: about 4% less CPU in the modules that build big reports."""
+    walks only what the tests made: about 4% less CPU in the modules that build big reports.
+
+    The local Ray instance goes at the first test of a module ordered after every module that uses it
+    (``pytest_collection_modifyitems``): kept idle, its daemons, prestarted workers and the driver's threads would
+    cost one to two core-seconds a minute for the rest of the session, in each pytest-xdist worker."""
     if gc.get_freeze_count() == 0:
         gc.freeze()
+    if SESSION_RAY.local_info is not None and _module_of(item) in _AFTER_LOCAL:
+        SESSION_RAY.leave()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -188,9 +194,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     they do it in their last tests) next, then the rest: in a serial run the local instance is started once,
     not again after each cluster. Within a module, and within each group, the collection's order."""
 
-    def module_of(item: pytest.Item) -> str:
-        return item.nodeid.partition("::")[0]
-
+    module_of = _module_of
     local, clustered = set(), set()
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
@@ -206,6 +210,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     position = {module: n for n, module in enumerate(dict.fromkeys(map(module_of, items)))}
     items.sort(key=lambda item: (rank(module_of(item)), position[module_of(item)]))
+    _AFTER_LOCAL.clear()
+    _AFTER_LOCAL.update(module for module in position if rank(module)[0] == 2)
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.partition("::")[0]
+
+
+# The modules ordered after every module that uses the local instance (``pytest_collection_modifyitems``): none of
+# them does, and pytest-xdist hands modules out in that order, so none after them either.
+_AFTER_LOCAL: set[str] = set()
 
 
 # --- One S3 server for the session -------------------------------------------------------------------

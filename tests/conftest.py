@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Iterator
@@ -23,6 +24,14 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local tests need no token
+# Bytecode is written as modules are first imported, whatever PYTHONDONTWRITEBYTECODE says (the project's
+# machines set it): the suite starts some 300 Python processes (Ray workers and daemons, CLI runs, fresh
+# processes, ranks), and each would otherwise compile from source every module it imports. So the test command
+# compiles none at install: of the 18,000 modules pip and uv install, the suite imports about 5,500, each compiled
+# by the first processes that import it (benchmarks/setup_cost.py). Set before Ray starts (its workers inherit
+# it) and, in pytest-xdist's controller, before its workers start.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # Workers hold their cores' lock files for life: a test session's own lock and cache directory keeps it
 # apart from any other compilebench process on the machine (set before Ray starts: workers inherit it).
 # Under pytest-xdist each worker process is a session of its own, with a Ray instance of its own: it gets its

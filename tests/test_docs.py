@@ -231,6 +231,7 @@ def test_readme_keeps_the_two_set_up_commands_first() -> None:
     assert blocks[0] in shown and blocks[1] in shown, "getting-started shows both as they are"
     assert "mkdocs build --strict" in blocks[1]
     # pip takes torch from the machine's pip configuration (a local CPU build here); uv, which does not read it,
-    # installs the rest and keeps that torch; both compile bytecode (PYTHONDONTWRITEBYTECODE is set on our machines)
-    assert "pip install torch==2.13.0 uv && uv pip install --compile-bytecode -e '.[dev,docs]'" in blocks[1]
+    # installs the rest and keeps that torch; neither compiles bytecode: the suite writes that of what it imports
+    # (tests/conftest.py)
+    assert "pip install --no-compile torch==2.13.0 uv && uv pip install -e '.[dev,docs]'" in blocks[1]
     assert f"mkdocs build --strict && {SITE_ENV}=site pytest" in blocks[1]  # the tests read that build

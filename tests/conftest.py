@@ -203,13 +203,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     they do it in their last tests) next, then the rest: in a serial run the local instance is started once,
     not again after each cluster. Within a module, and within each group, the collection's order."""
 
-    module_of = _module_of
     local, clustered = set(), set()
     for item in items:
         if "ray_cluster" in getattr(item, "fixturenames", ()):
-            local.add(module_of(item))
+            local.add(_module_of(item))
         if getattr(getattr(item, "module", None), "multinode_cluster", None) is multinode_cluster:
-            clustered.add(module_of(item))
+            clustered.add(_module_of(item))
 
     def rank(module: str) -> tuple[int, int]:
         name = Path(module).name
@@ -217,8 +216,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return -1, LONGEST_FIRST.index(name)
         return (2 if module not in local else 1 if module in clustered else 0), 0
 
-    position = {module: n for n, module in enumerate(dict.fromkeys(map(module_of, items)))}
-    items.sort(key=lambda item: (rank(module_of(item)), position[module_of(item)]))
+    position = {module: n for n, module in enumerate(dict.fromkeys(map(_module_of, items)))}
+    items.sort(key=lambda item: (rank(_module_of(item)), position[_module_of(item)]))
     _AFTER_LOCAL.clear()
     _AFTER_LOCAL.update(module for module in position if rank(module)[0] == 2)
 
